@@ -1,0 +1,203 @@
+"""The three-phase sort as one Dask graph.
+
+Layers, in the order they run (constant rounds, whatever ``P`` and ``N``):
+
+``runs-``     one task per input chunk: order keys (:mod:`gpusort.order`),
+              sorted on the chosen backend; a run is ``(keys, values)``.
+``samples-``  every ``g``-th key of each run, to host memory.
+``plan-``     one task: per-run windows that bracket every split.
+``windows-``  one task per run: its window keys, cut where the run lives.
+``splits-``   one task: exact split vectors for every output boundary.
+``slice-``    one task per (output chunk, run): the run's part of that chunk,
+              cut where the run lives, so no task pulls a whole run.
+``merge-``    one task per output chunk: a k-way merge of exactly its slices,
+              then the order keys decoded back to the user's dtype.
+
+Phase 1 (:func:`form_runs`) and phases 2-3 (:func:`merge_sorted_runs`) meet
+in :class:`Runs`, so runs may also come from elsewhere: the Zarr external
+sort keeps them on disk between the two.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import dask.array as da
+import numpy as np
+from dask.array.utils import meta_from_array
+from dask.base import tokenize
+from dask.highlevelgraph import HighLevelGraph
+
+from gpusort import corank, order
+from gpusort.backends import Pair, get_backend, namespace, to_numpy
+
+
+@dataclass(frozen=True)
+class Runs:
+    """``P`` sorted runs in a Dask graph.
+
+    Task ``(name, k)`` computes run ``k``: a pair ``(order_keys, values)``
+    sorted ascending (NaN last), ``values`` ``None`` for keys only.
+    """
+
+    graph: HighLevelGraph
+    name: str
+    lengths: tuple[int, ...]
+    okey_dtype: np.dtype
+    value_dtype: np.dtype | None
+    meta: Any
+
+    def arrays(self) -> tuple[da.Array, da.Array | None]:
+        """The runs' order keys and values as Dask arrays, one chunk per run."""
+        chunks = (self.lengths,)
+        keys = _field(self.graph, self.name, 0, "run-keys", chunks, self.meta, self.okey_dtype)
+        if self.value_dtype is None:
+            return keys, None
+        return keys, _field(self.graph, self.name, 1, "run-values", chunks, self.meta, self.value_dtype)
+
+    @classmethod
+    def from_arrays(cls, okeys: da.Array, values: da.Array | None = None) -> "Runs":
+        """Runs whose blocks are already sorted order keys (and their values)."""
+        name = "runs-" + tokenize(okeys, values)
+        vkeys = [None] * okeys.numblocks[0] if values is None else values.__dask_keys__()
+        dsk = {(name, k): (tuple, [list(kv)]) for k, kv in enumerate(zip(okeys.__dask_keys__(), vkeys))}
+        deps = [okeys] if values is None else [okeys, values]
+        return cls(
+            HighLevelGraph.from_collections(name, dsk, dependencies=deps),
+            name,
+            tuple(int(c) for c in okeys.chunks[0]),
+            okeys.dtype,
+            None if values is None else values.dtype,
+            okeys._meta,
+        )
+
+
+def _extend(graph: HighLevelGraph, name: str, dsk: dict, *deps: str) -> HighLevelGraph:
+    """``graph`` plus layer ``name``, whose tasks read layers ``deps``."""
+    return HighLevelGraph({**graph.layers, name: dsk}, {**graph.dependencies, name: set(deps)})
+
+
+def _field(graph, name, field, label, chunks, meta, dtype) -> da.Array:
+    """Field ``field`` of the pairs that tasks ``(name, i)`` compute, as an array."""
+    out = f"{label}-{tokenize(name, field)}"
+    dsk = {(out, i): (operator.getitem, (name, i), field) for i in range(len(chunks[0]))}
+    return da.Array(_extend(graph, out, dsk, name), out, chunks, meta=meta_from_array(meta, ndim=1, dtype=dtype))
+
+
+def _sort_chunk(backend: str, descending: bool, keys, values, offset) -> Pair:
+    if offset is not None:  # argsort: the values are global positions
+        values = namespace(keys).arange(offset, offset + len(keys), dtype=np.int64)
+    return get_backend(backend).sort_run(order.encode(keys, descending), values)
+
+
+def form_runs(
+    keys: da.Array,
+    values: da.Array | None = None,
+    *,
+    descending: bool,
+    backend: str,
+    positions: bool = False,
+) -> Runs:
+    """Phase 1: every chunk of ``keys`` (and ``values``) becomes a sorted run.
+
+    With ``positions=True`` the values are int64 positions into ``keys``
+    (argsort) and ``values`` must be ``None``.
+    """
+    name = "runs-" + tokenize(keys, values, descending, backend, positions)
+    lengths = tuple(int(c) for c in keys.chunks[0])
+    offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).tolist()
+    vkeys = values.__dask_keys__() if values is not None else [None] * len(lengths)
+    dsk = {
+        (name, k): (_sort_chunk, backend, descending, kk, vk, offsets[k] if positions else None)
+        for k, (kk, vk) in enumerate(zip(keys.__dask_keys__(), vkeys))
+    }
+    deps = [keys] if values is None else [keys, values]
+    value_dtype = np.dtype(np.int64) if positions else None if values is None else values.dtype
+    return Runs(
+        HighLevelGraph.from_collections(name, dsk, dependencies=deps),
+        name,
+        lengths,
+        order.order_dtype(keys.dtype),
+        value_dtype,
+        keys._meta,
+    )
+
+
+def _samples(run: Pair, g: int) -> np.ndarray:
+    return np.ascontiguousarray(to_numpy(run[0][::g]))
+
+
+def _windows(run: Pair, plan: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
+    keys = run[0]
+    lo, hi = plan
+    parts = [keys[a:b] for a, b in zip(lo[:, k].tolist(), hi[:, k].tolist())]
+    return to_numpy(namespace(keys).concatenate(parts)) if parts else np.empty(0, keys.dtype)
+
+
+def _splits(lengths, ranks, plan=None, *windows) -> np.ndarray:
+    """Split vectors for every boundary rank, the two ends included."""
+    ends = [np.zeros(len(lengths), np.int64), np.asarray(lengths, np.int64)]
+    if plan is None:
+        return np.stack(ends)
+    inner = corank.refine_splits(ranks, *plan, windows)
+    return np.concatenate([ends[:1], inner, ends[1:]])
+
+
+def _slice(run: Pair, splits: np.ndarray, j: int, k: int) -> Pair:
+    a, b = int(splits[j, k]), int(splits[j + 1, k])
+    keys, values = run
+    return keys[a:b], None if values is None else values[a:b]
+
+
+def _merge(backend: str, dtype: np.dtype, descending: bool, *pieces: Pair) -> Pair:
+    okeys, values = get_backend(backend).merge_runs(pieces)
+    return order.decode(okeys, dtype, descending), values
+
+
+def merge_sorted_runs(
+    runs: Runs,
+    *,
+    key_dtype: Any,
+    descending: bool,
+    chunk: int,
+    backend: str,
+    sample_stride: int | None = None,
+) -> tuple[da.Array, da.Array | None]:
+    """Phases 2-3: exact splitters, then one merge per output chunk.
+
+    Returns the sorted keys (decoded to ``key_dtype``) and the values in the
+    same order (``None`` for keys only), in chunks of ``chunk`` elements, the
+    last one the remainder.
+    """
+    n, nruns = sum(runs.lengths), len(runs.lengths)
+    ranks = corank.output_ranks(n, chunk)
+    inner = ranks[1:-1]
+    g = sample_stride or corank.sample_stride(n, nruns, len(inner))
+    token = tokenize(runs.name, key_dtype, descending, chunk, backend, g)
+    run_keys = [(runs.name, k) for k in range(nruns)]
+    dsk: dict = {}
+    splits = ("splits-" + token,)
+    if len(inner):
+        plan = ("plan-" + token,)
+        dsk.update({("samples-" + token, k): (_samples, rk, g) for k, rk in enumerate(run_keys)})
+        dsk[plan] = (corank.plan_windows, [("samples-" + token, k) for k in range(nruns)], list(runs.lengths), inner, g)
+        dsk.update({("windows-" + token, k): (_windows, rk, plan, k) for k, rk in enumerate(run_keys)})
+        windows = [("windows-" + token, k) for k in range(nruns)]
+        dsk[splits] = (_splits, list(runs.lengths), inner, plan, *windows)
+    else:
+        dsk[splits] = (_splits, list(runs.lengths), inner)
+    nout = len(ranks) - 1
+    for j in range(nout):
+        for k, rk in enumerate(run_keys):
+            dsk[("slice-" + token, j, k)] = (_slice, rk, splits, j, k)
+        pieces = [("slice-" + token, j, k) for k in range(nruns)]
+        dsk[("merge-" + token, j)] = (_merge, backend, np.dtype(key_dtype), descending, *pieces)
+    name = "merge-" + token
+    graph = _extend(runs.graph, name, dsk, runs.name)
+    chunks = (tuple(int(c) for c in np.diff(ranks)),)
+    keys = _field(graph, name, 0, "sorted", chunks, runs.meta, np.dtype(key_dtype))
+    if runs.value_dtype is None:
+        return keys, None
+    return keys, _field(graph, name, 1, "sorted-values", chunks, runs.meta, runs.value_dtype)
