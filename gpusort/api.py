@@ -177,7 +177,9 @@ def _as_dask(x: Any, argname: str) -> da.Array:
     if is_cupy(x):
         return da.from_array(x, chunks="auto", asarray=False)
     if isinstance(x, (np.ndarray, list, tuple)) or hasattr(x, "__array__"):
-        return da.from_array(np.asarray(x), chunks="auto")
+        x = np.asarray(x)
+        # Dask cannot size object chunks; one chunk lets the dtype check speak.
+        return da.from_array(x, chunks=-1 if x.dtype.kind == "O" else "auto")
     raise TypeError(
         f"{argname} must be a dask array or a NumPy/CuPy array; got {type(x).__name__}"
     )

@@ -9,26 +9,6 @@ import numpy as np
 from gpusort.backends import Pair
 
 
-def _merge_pair(a: Pair, b: Pair) -> Pair:
-    """Stable two-way merge by co-rank: ``a`` before ``b`` on ties.
-
-    Element ``a[i]`` lands at ``i`` plus the number of ``b`` keys strictly
-    below it; ``b[j]`` at ``j`` plus the number of ``a`` keys not above it.
-    NumPy's ``searchsorted`` orders NaN last, as the runs are.
-    """
-    (ka, va), (kb, vb) = a, b
-    at_a = np.arange(len(ka)) + np.searchsorted(kb, ka, side="left")
-    at_b = np.arange(len(kb)) + np.searchsorted(ka, kb, side="right")
-
-    def scatter(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        out = np.empty(len(x) + len(y), dtype=x.dtype)
-        out[at_a] = x
-        out[at_b] = y
-        return out
-
-    return scatter(ka, kb), None if va is None else scatter(va, vb)
-
-
 class NumpyBackend:
     name = "numpy"
 
@@ -41,18 +21,22 @@ class NumpyBackend:
         return keys[order], values[order]
 
     def merge_runs(self, runs: Sequence[Pair]) -> Pair:
-        # A balanced tree of two-way merges: log2(P) passes over the data,
-        # each pairing neighbours, so run order (stability) is kept.
+        """Stable k-way merge of the runs, in O(n log P).
+
+        NumPy has no merge primitive, but its stable sort is one here: timsort
+        finds the P sorted runs of the concatenation in one linear scan and
+        merges them pairwise, balanced, with galloping — n·log2(P)
+        comparisons, in C, ties kept in run order (for 8- and 16-bit keys it
+        is a linear radix pass).  Measured on 16 runs of 2^16 int64 keys:
+        25 ms, against 180 ms for a vectorized co-rank merge tree
+        (searchsorted + scatter per level) — see benchmarks/NOTES.md.
+        """
         runs = [r for r in runs if len(r[0])] or list(runs[:1])
-        if len(runs) == 1:  # a lone slice would keep its whole run alive
-            keys, values = runs[0]
-            return keys.copy(), None if values is None else values.copy()
-        while len(runs) > 1:
-            runs = [
-                _merge_pair(runs[i], runs[i + 1]) if i + 1 < len(runs) else runs[i]
-                for i in range(0, len(runs), 2)
-            ]
-        return runs[0]
+        keys = np.concatenate([k for k, _ in runs])
+        if runs[0][1] is None:
+            return np.sort(keys, kind="stable"), None
+        order = np.argsort(keys, kind="stable")
+        return keys[order], np.concatenate([v for _, v in runs])[order]
 
     def searchsorted(
         self, sorted_keys: np.ndarray, needles: Any, side: Literal["left", "right"] = "left"

@@ -1,0 +1,42 @@
+"""Reference orders, independent of gpusort's own order keys.
+
+Python's ``sorted`` is stable, so sorting positions by ``(is_nan, ±value)``
+gives NumPy's order (NaN/NaT last) for both directions without any of the
+bit tricks under test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+KEY_DTYPES = [
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "datetime64[ns]", "timedelta64[s]",
+]
+
+
+def _sort_keys(x: np.ndarray) -> tuple[list, np.ndarray]:
+    if x.dtype.kind in "mM":
+        ints = x.view(np.int64)
+        return ints.tolist(), ints == np.iinfo(np.int64).min
+    if x.dtype.kind == "f":
+        return x.astype(np.float64).tolist(), np.isnan(x)
+    return x.astype(object if x.dtype.kind == "u" else np.int64).tolist(), np.zeros(len(x), bool)
+
+
+def ref_argsort(x: np.ndarray, descending: bool = False) -> np.ndarray:
+    """Stable positions that sort ``x`` in NumPy's order, largest first if asked."""
+    values, missing = _sort_keys(np.asarray(x))
+    sign = -1 if descending else 1
+    key = [(bool(m), 0 if m else sign * v) for v, m in zip(values, missing.tolist())]
+    return np.array(sorted(range(len(key)), key=key.__getitem__), dtype=np.int64)
+
+
+def assert_same_keys(got: np.ndarray, want: np.ndarray) -> None:
+    """Equal as keys: NaN matches NaN, NaT matches NaT, -0.0 matches 0.0."""
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if got.dtype.kind in "mM":
+        np.testing.assert_array_equal(got.view(np.int64), want.view(np.int64))
+    else:
+        np.testing.assert_array_equal(got, want)  # treats NaN == NaN

@@ -1,0 +1,170 @@
+"""The whole pipeline on the NumPy backend against NumPy, on the threaded scheduler."""
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import gpusort
+from gpusort import graph
+from reference import KEY_DTYPES, assert_same_keys, ref_argsort
+
+PATTERNS = ["random", "few", "equal", "sorted", "reversed", "extremes", "nan"]
+
+
+def make_keys(rng: np.random.Generator, dtype: str, n: int, pattern: str) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        x = rng.integers(0, 2, n).astype(bool)
+    elif dt.kind == "f":
+        x = rng.standard_normal(n).astype(dt) * 1000
+    elif dt.kind in "mM":
+        x = rng.integers(-(2**40), 2**40, n).view(dt)
+    else:
+        info = np.iinfo(dt)
+        x = rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+    if pattern == "few" and n:
+        x = rng.choice(x[:3], n)
+    elif pattern == "equal" and n:
+        x = np.full(n, x[0])
+    elif pattern == "sorted":
+        x = np.sort(x)
+    elif pattern == "reversed":
+        x = np.sort(x)[::-1].copy()
+    elif pattern in ("extremes", "nan") and n:
+        if dt.kind == "f":
+            special = [np.nan, -0.0, 0.0, np.inf, -np.inf, np.finfo(dt).max, np.finfo(dt).min]
+        elif dt.kind in "mM":
+            special = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, -1, 0]).view(dt)
+        elif dt.kind == "b":
+            special = [True, False]
+        else:
+            special = [np.iinfo(dt).min, np.iinfo(dt).max, 0]
+        hit = rng.random(n) < (0.6 if pattern == "nan" else 0.3)
+        x[hit] = rng.choice(np.array(special, dtype=dt), int(hit.sum()))
+    return x
+
+
+@st.composite
+def cases(draw):
+    dtype = draw(st.sampled_from(KEY_DTYPES))
+    n = draw(st.integers(0, 400))
+    pattern = draw(st.sampled_from(PATTERNS))
+    x = make_keys(np.random.default_rng(draw(st.integers(0, 2**32))), dtype, n, pattern)
+    cuts = sorted(draw(st.lists(st.integers(0, n), max_size=25)))  # empty and tiny chunks too
+    chunks = tuple(np.diff([0, *cuts, n]).tolist())
+    out = draw(st.one_of(st.none(), st.integers(1, n + 3)))
+    return x, chunks, out, draw(st.booleans())
+
+
+def balanced(chunks, n, length):
+    """All chunks of ``length``, the last the remainder."""
+    want = [length] * (n // length) + ([n % length] if n % length else [])
+    return list(chunks[0]) == (want or [0])
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases())
+def test_sort_argsort_sort_by_key_match_numpy(case):
+    x, chunks, out, descending = case
+    before = x.copy()
+    keys = da.from_array(x, chunks=(chunks,))
+    want = ref_argsort(x, descending)
+    length = out or -(-len(x) // len(chunks)) or 1
+
+    got = gpusort.sort(keys, descending=descending, chunks=out)
+    assert balanced(got.chunks, len(x), min(length, max(len(x), 1)))
+    assert_same_keys(got.compute(), x[want])
+
+    positions = gpusort.argsort(keys, descending=descending, chunks=out)
+    assert positions.chunks == got.chunks
+    np.testing.assert_array_equal(positions.compute(), want)
+
+    values = da.from_array(np.arange(len(x)).astype("S8"), chunks=(chunks,))
+    k, v = gpusort.sort_by_key(keys, values, descending=descending, chunks=out)
+    assert_same_keys(k.compute(), x[want])
+    np.testing.assert_array_equal(v.compute(), np.arange(len(x)).astype("S8")[want])
+    np.testing.assert_array_equal(x.view(np.uint8), before.view(np.uint8))
+
+
+@pytest.mark.parametrize("g", [1, 2, 3, 64])
+@pytest.mark.parametrize("pattern", ["few", "equal", "nan", "random"])
+def test_any_sample_stride_gives_the_exact_order(g, pattern):
+    x = make_keys(np.random.default_rng(g), "float32", 3000, pattern)
+    keys = da.from_array(x, chunks=97)
+    runs = graph.form_runs(keys, None, descending=False, backend="numpy", positions=True)
+    _, positions = graph.merge_sorted_runs(
+        runs, key_dtype=x.dtype, descending=False, chunk=101, backend="numpy", sample_stride=g
+    )
+    np.testing.assert_array_equal(positions.compute(), np.argsort(x, kind="stable"))
+
+
+def test_hundreds_of_chunks_in_and_out():
+    rng = np.random.default_rng(7)
+    x = rng.integers(-50, 50, 40_000).astype(np.int32)
+    keys = da.from_array(x, chunks=113)  # 354 chunks
+    assert keys.numblocks[0] > 300
+    k, v = gpusort.sort_by_key(keys, keys.astype(np.float64), chunks=1000)
+    assert len(k.chunks[0]) == 40
+    k, v = dask.compute(k, v)
+    np.testing.assert_array_equal(k, np.sort(x))
+    np.testing.assert_array_equal(v, x[np.argsort(x, kind="stable")].astype(np.float64))
+
+
+def test_building_the_graph_computes_nothing():
+    def explode(block):
+        raise AssertionError("a chunk was computed while only building the graph")
+
+    keys = da.ones(100, chunks=10).map_blocks(explode, dtype=np.float64)
+    for result in (gpusort.sort(keys), gpusort.argsort(keys), *gpusort.sort_by_key(keys, keys)):
+        assert isinstance(result, da.Array)
+        assert result.chunks == ((10,) * 10,)
+
+
+def test_output_chunks_and_dtype_are_known_before_computing():
+    keys = da.from_array(np.arange(1000, dtype=np.uint16)[::-1], chunks=300)
+    out = gpusort.sort(keys, chunks=256)
+    assert out.chunks == ((256, 256, 256, 232),) and out.dtype == np.uint16
+    assert gpusort.argsort(keys).dtype == np.int64
+    assert gpusort.sort(keys).chunks == ((250,) * 4,)  # keeps the number of chunks
+
+
+def test_n_d_input_sorts_flattened_with_axis_none():
+    x = np.random.default_rng(3).standard_normal((30, 17))
+    keys = da.from_array(x, chunks=(7, 5))
+    np.testing.assert_array_equal(gpusort.sort(keys, axis=None).compute(), np.sort(x, axis=None))
+    np.testing.assert_array_equal(
+        gpusort.argsort(keys, axis=None).compute(), np.argsort(x, axis=None, kind="stable")
+    )
+
+
+def test_plain_numpy_input_is_wrapped_and_left_untouched():
+    x = np.array([3.0, np.nan, -0.0, 0.0, 1.0])
+    x.setflags(write=False)
+    np.testing.assert_array_equal(gpusort.sort(x).compute(), np.sort(x))
+    np.testing.assert_array_equal(gpusort.argsort(x[::-1]).compute(), np.argsort(x[::-1], kind="stable"))
+
+
+def test_same_input_same_graph_new_input_new_keys():
+    x = da.from_array(np.arange(10)[::-1], chunks=3)
+    assert gpusort.sort(x).name == gpusort.sort(x).name
+    assert gpusort.sort(x).name != gpusort.sort(x + 1).name
+    assert gpusort.sort(x).name != gpusort.sort(x, descending=True).name
+
+
+def test_values_rechunked_to_the_keys():
+    keys = da.from_array(np.array([5, 3, 5, 1, 3, 0, 9]), chunks=2)
+    values = da.from_array(np.arange(7, dtype=np.int16), chunks=5)
+    k, v = gpusort.sort_by_key(keys, values)
+    np.testing.assert_array_equal(v.compute(), np.argsort(keys.compute(), kind="stable"))
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "sync"])
+def test_empty_and_single_element(scheduler):
+    with dask.config.set(scheduler=scheduler):
+        empty = da.from_array(np.array([], dtype=np.float32), chunks=1)
+        assert gpusort.sort(empty).compute().shape == (0,)
+        assert gpusort.argsort(empty).compute().dtype == np.int64
+        one = da.from_array(np.array([np.nan]), chunks=1)
+        np.testing.assert_array_equal(gpusort.sort(one, descending=True).compute(), [np.nan])
