@@ -1,0 +1,194 @@
+"""gpusort's CUDA mergesort kernels on one GPU, against CuPy (CUB) and PyTorch in the same run.
+
+Cases (n = 2**log2_n, 2**28 by default): sort int32, int64 and float64 of n
+keys; argsort int32 of n/2 keys; merge two sorted int32 arrays of n/2 each
+(peer: a device-to-device copy of the same bytes); merge_runs of 16 sorted
+int64 runs, n keys in all (peer: cupy.sort of their concatenation).  Every
+repetition gets fresh random keys; every output is checked against the peer.
+Prints the kernels' version and tuning table, the harness table (ratio: the
+CuPy peer's time over the case's) and the issue's goals.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from harness import Case, parse_args, run
+
+GOALS = [  # (op, dtype, unit, goal), read off the summary
+    ("sort", "int32", "Gkeys/s", 20.0),
+    ("sort", "int64", "Gkeys/s", 8.0),
+    ("sort", "float64", "Gkeys/s", 8.0),
+    ("argsort", "int32", "Gkeys/s", 10.0),
+    ("merge", "int32", "TB/s", 1.5),
+    ("merge_runs", "int64", "x cupy", 2.0),
+]
+
+
+def random_keys(n: int, dtype: str, seed: int):
+    import cupy
+
+    rs = cupy.random.RandomState(seed)
+    if dtype == "float64":
+        return rs.standard_normal(n)
+    words = rs.randint(-(2**31), 2**31 - 1, size=n * (2 if dtype == "int64" else 1), dtype=np.int32)
+    return words.view(dtype)
+
+
+def cases(log2_n: int) -> list[Case]:
+    import cupy
+
+    import gpusort.gpu as gpu
+
+    n = 2**log2_n
+    out: list[Case] = []
+
+    def torch_of(x):
+        import torch
+
+        return torch.from_dlpack(x)
+
+    def same(expected):
+        def check(inputs, output):
+            assert bool(cupy.array_equal(cupy.asarray(output), expected(inputs))), "result differs"
+
+        return check
+
+    for dtype in ("int32", "int64", "float64"):
+        params = {"op": "sort", "n": n, "dtype": dtype}
+        setup = lambda rep, dtype=dtype: random_keys(n, dtype, rep)
+        check = same(cupy.sort)
+        out += [
+            Case("gpusort", setup, gpu.sort, check, n, params, "gpu"),
+            Case("cupy", setup, cupy.sort, check, n, params, "gpu"),
+            Case("torch", setup, lambda x: torch_of(x).sort().values, check, n, params, "gpu",
+                 requires=["torch"]),
+        ]  # fmt: skip
+
+    m = n // 2
+    params = {"op": "argsort", "n": m, "dtype": "int32"}
+    setup = lambda rep: random_keys(m, "int32", rep)
+    check = same(cupy.argsort)  # CUB's radix sort is stable, so the positions must agree
+    out += [
+        Case("gpusort", setup, gpu.argsort, check, m, params, "gpu"),
+        Case("cupy", setup, cupy.argsort, check, m, params, "gpu"),
+        Case("torch", setup, lambda x: torch_of(x).argsort(stable=True), check, m, params, "gpu",
+             requires=["torch"]),
+    ]  # fmt: skip
+
+    params = {"op": "merge", "n": 2 * m, "dtype": "int32"}
+    setup = lambda rep: (cupy.sort(random_keys(m, "int32", 2 * rep)),
+                         cupy.sort(random_keys(m, "int32", 2 * rep + 1)))  # fmt: skip
+    moved = 2 * (2 * m) * 4  # every key read once and written once
+    out += [
+        Case("gpusort", setup, lambda ab: gpu.merge(*ab),
+             lambda ab, y: same(lambda ab: cupy.sort(cupy.concatenate(ab)))(ab, y),
+             2 * m, params, "gpu", bytes=moved),
+        Case("cupy", lambda rep: random_keys(2 * m, "int32", rep), cupy.copy, None, 2 * m, params,
+             "gpu", bytes=moved),
+    ]  # fmt: skip
+
+    runs = 16
+    params = {"op": "merge_runs", "n": n, "dtype": "int64", "runs": runs}
+    setup = lambda rep: [cupy.sort(random_keys(n // runs, "int64", runs * rep + i)) for i in range(runs)]
+    check = same(lambda rs: cupy.sort(cupy.concatenate(rs)))
+    out += [
+        Case("gpusort", setup, gpu.merge_runs, check, n, params, "gpu"),
+        Case("cupy", setup, lambda rs: cupy.sort(cupy.concatenate(rs)), check, n, params, "gpu"),
+    ]
+    return out
+
+
+def print_kernels() -> None:
+    import cupy
+
+    from gpusort import kernels
+
+    arch = int(cupy.cuda.Device().compute_capability)
+    print(f"gpusort kernels {kernels.version()}, device sm_{arch} "
+          f"({cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()})")  # fmt: skip
+    print("tuning (arch, key bytes, value bytes) -> NT x VT (1- and 2-byte keys and values count as 4):")
+    for key_size in (4, 8):
+        for value_size in (0, 4, 8):
+            nt, vt = kernels.launch_box(arch, key_size, value_size)
+            print(f"  (sm_{arch}, {key_size}, {value_size}) -> {nt} x {vt} = {nt * vt} keys per tile")
+
+
+def print_goals(path) -> None:
+    """The issue's goals against this run's summary."""
+    summary = json.loads(open(path).read())["summary"]
+    ok = {(e["case"], e["params"]["op"], e["params"]["dtype"]): e for e in summary if e["status"] == "ok"}
+    print("\ngoal                      measured     goal")
+    for op, dtype, unit, goal in GOALS:
+        mine = ok.get(("gpusort", op, dtype))
+        if mine is None:
+            print(f"{op} {dtype:<20} failed or skipped")
+            continue
+        if unit == "TB/s":
+            value = mine["bytes_per_second"] / 1e12
+        elif unit == "x cupy":
+            value = mine.get("ratio", float("nan"))
+        else:
+            value = mine["items_per_second"] / 1e9
+        mark = "met" if value >= goal else "missed"
+        print(f"{op + ' ' + dtype:<25} {value:6.2f} {unit:<8} >= {goal:g}  {mark}")
+
+
+def print_breakdown(log2_n: int, repeat: int) -> None:
+    """Kernel time alone (buffers allocated beforehand): the blocksort and the last merge pass.
+
+    The harness frees CuPy's pool before each timed run, so its times include
+    cudaMalloc of the outputs; these do not, and give each kernel's bandwidth.
+    """
+    import cupy
+
+    from gpusort import kernels
+
+    n = 2**log2_n
+    print(f"\nkernels alone, n = 2**{log2_n}, median of {repeat} (bytes: read + written once)")
+    for dtype in ("int32", "int64", "float64"):
+        k = kernels.kernels(np.dtype(dtype), 0, False)
+        x = random_keys(n, dtype, 0)
+        a, b = cupy.empty_like(x), cupy.empty_like(x)
+        tiles = -(-n // k.nv)
+        run = k.nv << ((tiles - 1).bit_length() - 1)  # the last pass: two runs, n in all
+        a_starts = cupy.empty(tiles, np.int64)
+        a[:run], a[run:] = cupy.sort(x[:run]), cupy.sort(x[run:])  # the last pass's two runs
+        steps = {
+            "blocksort": lambda: kernels.blocksort(k, x, kernels.NULL, b, kernels.NULL),
+            "merge pass": lambda: kernels.merge_pass(k, a, kernels.NULL, a[run:], kernels.NULL, run,
+                                                     n, n - run, a_starts, b, kernels.NULL),
+        }  # fmt: skip
+        for name, step in steps.items():
+            times = []
+            for _ in range(repeat + 1):
+                begin, end = cupy.cuda.Event(), cupy.cuda.Event()
+                begin.record()
+                step()
+                end.record()
+                end.synchronize()
+                times.append(cupy.cuda.get_elapsed_time(begin, end) / 1e3)
+            t = sorted(times[1:])[repeat // 2]
+            print(f"  {dtype:<8} {name:<11} {t * 1e3:7.3f} ms  {2 * x.nbytes / t / 1e12:5.2f} TB/s"
+                  f"  ({tiles} tiles of {k.nt} x {k.vt}, {(tiles - 1).bit_length()} merge passes)")
+
+
+def main(argv=None) -> int:
+    args = parse_args(
+        __doc__, argv, lambda p: p.add_argument("--log2-n", type=int, default=28,
+                                                help="log2 of the sort size (default: %(default)s)"),
+    )  # fmt: skip
+    print_kernels()
+    status = run("kernels", args, cases(args.log2_n), baseline="cupy")
+    written = sorted(args.out.glob("kernels-*.json"), key=lambda p: p.stat().st_mtime)
+    if written:
+        print_goals(written[-1])
+    print_breakdown(args.log2_n, args.repeat)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""gpusort's CUDA mergesort kernels (``kernels/``), compiled through CuPy and launched.
+
+Three layers, as in Modern GPU and CUB:
+
+* the CUDA sources in ``kernels/`` (block-level device functions, thin
+  ``__global__`` entry points), compiled with NVRTC through
+  :class:`cupy.RawModule` and ``name_expressions``, once per
+  (device, key type, value width, order) and cached by CuPy in memory and on
+  disk;
+* :data:`TUNING`, the (architecture, key size, value size) -> (NT, VT) table;
+* the host dispatchers :func:`mergesort` and :func:`merge`, which size the
+  buffers, run the passes and keep the ping-pong parity.
+
+The dispatchers take contiguous 1-D CuPy arrays of the kernels' own types
+(checking user input is :mod:`gpusort.gpu`'s job).  This module imports
+without CuPy; only compiling and launching need it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: C++ type of each key dtype.  bool travels as uint8 (False < True).
+KEY_TYPES: dict[np.dtype, str] = {
+    np.dtype(np.int8): "signed char",
+    np.dtype(np.int16): "short",
+    np.dtype(np.int32): "int",
+    np.dtype(np.int64): "long long",
+    np.dtype(np.uint8): "unsigned char",
+    np.dtype(np.uint16): "unsigned short",
+    np.dtype(np.uint32): "unsigned int",
+    np.dtype(np.uint64): "unsigned long long",
+    np.dtype(np.float16): "gpusort::f16",
+    np.dtype(np.float32): "float",
+    np.dtype(np.float64): "double",
+}
+
+#: Values are moved, never compared: one unsigned type per width (0: keys only).
+VALUE_TYPES: dict[int, str] = {
+    0: "gpusort::no_value",
+    1: "unsigned char",
+    2: "unsigned short",
+    4: "unsigned int",
+    8: "unsigned long long",
+}
+VALUE_DTYPES: dict[int, np.dtype] = {
+    1: np.dtype(np.uint8),
+    2: np.dtype(np.uint16),
+    4: np.dtype(np.uint32),
+    8: np.dtype(np.uint64),
+}
+
+ORDERS: dict[bool, str] = {False: "gpusort::ascending", True: "gpusort::descending"}
+
+#: (compute capability, key bytes, value bytes) -> (NT threads per CTA, VT keys per thread).
+#: NT * VT is the blocksort tile, which sets the number of merge passes,
+#: ceil(log2(n / (NT * VT))): each row takes the largest tile whose registers
+#: do not spill (ptxas -v, benchmarks/NOTES.md) and whose shared memory fits
+#: the 48 KB a CTA gets statically.  VT is odd (shared-memory banks).  Keys
+#: and values of 1 to 4 bytes take one 32-bit register each, so they share
+#: the rows for 4 bytes; value bytes 0 is a keys-only sort.  An architecture
+#: missing here uses the nearest one below it.
+TUNING: dict[tuple[int, int, int], tuple[int, int]] = {
+    (90, 4, 0): (512, 17),
+    (90, 4, 4): (512, 17),  # argsort of fewer than 2**32 keys: uint32 positions
+    (90, 4, 8): (256, 17),  # 512 x 17 eight-byte values would need 68 KB of shared memory
+    (90, 8, 0): (256, 17),
+    (90, 8, 4): (256, 17),
+    (90, 8, 8): (256, 17),
+}
+_FALLBACK = (128, 11)  # pre-Hopper and unknown devices: small and safe
+
+#: Threads per CTA of the partition kernel (one merge path search per thread).
+PARTITION_NT = 128
+
+NULL = np.uint64(0)
+"""The value pointers of a keys-only launch (and of a blocksort that makes positions)."""
+
+
+def kernels_dir() -> Path:
+    """Where the CUDA sources are: inside an installed wheel, else the repository."""
+    package = Path(__file__).resolve().parent
+    installed = package / "_kernels"
+    return installed if installed.is_dir() else package.parent / "kernels"
+
+
+@functools.cache
+def version() -> str:
+    """The kernel sources' version string (``kernels/version.cuh``)."""
+    text = (kernels_dir() / "version.cuh").read_text()
+    return re.search(r'#define GPUSORT_KERNELS_VERSION "([^"]+)"', text).group(1)
+
+
+def launch_box(arch: int, key_size: int, value_size: int = 0) -> tuple[int, int]:
+    """(NT, VT) for compute capability ``arch`` (e.g. 90), keys and values of these sizes."""
+    row = (max(key_size, 4), value_size and max(value_size, 4))
+    known = [a for a, *sizes in TUNING if tuple(sizes) == row and a <= arch]
+    return TUNING[(max(known), *row)] if known else _FALLBACK
+
+
+def expressions(nt: int, vt: int, key: np.dtype, value_size: int, descending: bool) -> dict:
+    """The ``name_expressions`` of one module: every kernel a sort or merge launches."""
+    k, v, o = KEY_TYPES[np.dtype(key)], VALUE_TYPES[value_size], ORDERS[descending]
+    return {
+        "blocksort": f"gpusort::kernel_blocksort<{nt}, {vt}, {k}, {v}, {o}>",
+        "merge": f"gpusort::kernel_merge<{nt}, {vt}, {k}, {v}, {o}>",
+        "partition": f"gpusort::kernel_partition<{k}, {o}>",
+    }
+
+
+def instantiations(arch: int) -> list[str]:
+    """Every kernel instantiation this module can request on ``arch``."""
+    names: dict[str, None] = {}  # ordered, without repeats
+    for key in KEY_TYPES:
+        for value_size in VALUE_TYPES:
+            nt, vt = launch_box(arch, key.itemsize, value_size)
+            for descending in ORDERS:
+                names.update(dict.fromkeys(expressions(nt, vt, key, value_size, descending).values()))
+    return list(names)
+
+
+@functools.cache
+def source() -> str:
+    """What NVRTC compiles: the version and a digest of every source file, then the includes.
+
+    CuPy's cache key covers this text but not the headers it includes; the
+    digest makes any edit under kernels/ a new key.
+    """
+    digest = hashlib.sha256()
+    for path in sorted(kernels_dir().glob("*.cu*")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return (
+        f"// gpusort kernels {version()}, sources sha256 {digest.hexdigest()[:16]}\n"
+        '#include "gpusort.cu"\n'
+    )
+
+
+def options() -> tuple[str, ...]:
+    return ("-std=c++17", f"--include-path={kernels_dir()}")
+
+
+class KernelCompileError(RuntimeError):
+    """NVRTC rejected the kernels; the message has the options and the numbered source."""
+
+
+def _explain(exc: Exception, opts: tuple[str, ...]) -> str:
+    """The NVRTC log with the options, the numbered source and each cited line in context."""
+    log = str(exc)
+    parts = [f"NVRTC could not compile gpusort's kernels\noptions: {' '.join(opts)}\n{log}"]
+    parts.append("source:\n" + _numbered(source().splitlines(), 1, 10**9))
+    for name, line in dict.fromkeys(re.findall(r"([\w.]+\.cuh?)\((\d+)\)", log)):
+        path = kernels_dir() / Path(name).name
+        if path.is_file():
+            lines = path.read_text().splitlines()
+            lo = max(1, int(line) - 3)
+            parts.append(f"{path}:\n" + _numbered(lines[lo - 1 : int(line) + 3], lo, int(line)))
+    return "\n\n".join(parts)
+
+
+def _numbered(lines: list[str], first: int, mark: int) -> str:
+    return "\n".join(
+        f"{'>' if n == mark else ' '}{n:5d}  {text}" for n, text in enumerate(lines, start=first)
+    )
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The kernels of one (device, key type, value width, order), compiled and loaded."""
+
+    nt: int
+    vt: int
+    blocksort: Any
+    merge: Any
+    partition: Any
+
+    @property
+    def nv(self) -> int:
+        return self.nt * self.vt
+
+
+@functools.cache
+def _load(device: int, key: np.dtype, value_size: int, descending: bool) -> Kernels:
+    import cupy
+
+    with cupy.cuda.Device(device) as dev:
+        arch = int(dev.compute_capability)
+    nt, vt = launch_box(arch, key.itemsize, value_size)
+    names = expressions(nt, vt, key, value_size, descending)
+    opts = options()
+    module = cupy.RawModule(code=source(), options=opts, name_expressions=list(names.values()))
+    try:
+        with cupy.cuda.Device(device):
+            functions = {kind: module.get_function(name) for kind, name in names.items()}
+    except cupy.cuda.compiler.CompileException as exc:
+        raise KernelCompileError(_explain(exc, opts)) from None
+    return Kernels(nt, vt, **functions)
+
+
+def kernels(key: np.dtype, value_size: int, descending: bool) -> Kernels:
+    """The kernels for the current device, compiled on first use."""
+    import cupy
+
+    return _load(cupy.cuda.Device().id, np.dtype(key), value_size, bool(descending))
+
+
+def mergesort(keys, values=None, *, descending: bool = False, positions: bool = False):
+    """Stable sort of ``keys`` (and ``values`` with them) into new arrays.
+
+    ``keys`` is a contiguous 1-D CuPy array of a :data:`KEY_TYPES` dtype;
+    ``values`` is ``None`` or a contiguous array of a :data:`VALUE_DTYPES`
+    dtype and the same length.  With ``positions=True`` the values are the
+    keys' positions (argsort), uint32 or uint64, made by the blocksort rather
+    than read.  Returns ``(keys, values)``; ``values`` is ``None`` for a
+    keys-only sort.
+    """
+    import cupy
+
+    n = keys.size
+    if positions:
+        values_dtype = np.dtype(np.uint32 if n < 2**32 else np.uint64)
+    elif values is not None:
+        values_dtype = values.dtype
+    else:
+        values_dtype = None
+    k = kernels(keys.dtype, values_dtype.itemsize if values_dtype else 0, descending)
+    tiles = -(-n // k.nv)
+    passes = (tiles - 1).bit_length() if tiles else 0  # ceil(log2(tiles))
+
+    def buffers(dtype):
+        return [cupy.empty(n, dtype) for _ in range(2 if passes else 1)]
+
+    key_bufs = buffers(keys.dtype)
+    value_bufs = buffers(values_dtype) if values_dtype else [NULL, NULL]
+    # Ping-pong parity: every merge pass reads one buffer and writes the other,
+    # so the blocksort writes buffer `passes % 2` and the last pass lands in
+    # buffer 0, which is returned.
+    src = passes % 2
+    if tiles:
+        blocksort(k, keys, NULL if values is None else values, key_bufs[src], value_bufs[src])
+    a_starts = cupy.empty(tiles, np.int64) if passes else None
+    run = k.nv
+    for _ in range(passes):
+        dst = 1 - src
+        merge_pass(k, key_bufs[src], value_bufs[src], key_bufs[src][run:], _tail(value_bufs[src], run),
+                   run, n, n - run, a_starts, key_bufs[dst], value_bufs[dst])
+        src, run = dst, 2 * run
+    return key_bufs[0], value_bufs[0] if values_dtype else None
+
+
+def merge(a_keys, a_values, b_keys, b_values, *, descending: bool = False):
+    """Stable merge of two sorted arrays (``a``'s element first on ties) into new arrays.
+
+    Keys and values as in :func:`mergesort`; ``a_values`` and ``b_values``
+    are both ``None`` or both arrays of one dtype.  Returns ``(keys, values)``.
+    """
+    import cupy
+
+    na, nb = a_keys.size, b_keys.size
+    n = na + nb
+    has_values = a_values is not None
+    k = kernels(a_keys.dtype, a_values.dtype.itemsize if has_values else 0, descending)
+    out_keys = cupy.empty(n, a_keys.dtype)
+    out_values = cupy.empty(n, a_values.dtype) if has_values else None
+    if n:
+        tiles = -(-n // k.nv)
+        merge_pass(k, a_keys, a_values if has_values else NULL, b_keys,
+                   b_values if has_values else NULL, max(na, nb), na, nb,
+                   cupy.empty(tiles, np.int64), out_keys, out_values if has_values else NULL)
+    return out_keys, out_values
+
+
+def blocksort(k: Kernels, keys, values, out_keys, out_values) -> None:
+    """Sort every tile of ``k.nv`` keys (kernels/kernel_blocksort.cuh); null ``values``: positions."""
+    tiles = -(-keys.size // k.nv)
+    k.blocksort((tiles,), (k.nt,), (keys, values, np.int64(keys.size), out_keys, out_values))
+
+
+def merge_pass(k: Kernels, a_keys, a_values, b_keys, b_values, run: int, a_count: int,
+               b_count: int, a_starts, out_keys, out_values) -> None:
+    """One merge pass (kernels/merge_pass.cuh): partition, then merge tile by tile.
+
+    ``a_starts`` (int64, one per output tile) receives the partition.
+    """
+    tiles = a_starts.size
+    runs = (np.int64(run), np.int64(a_count), np.int64(b_count))
+    k.partition(
+        (-(-tiles // PARTITION_NT),),
+        (PARTITION_NT,),
+        (a_keys, b_keys, *runs, np.int64(k.nv), np.int64(tiles), a_starts),
+    )
+    k.merge((tiles,), (k.nt,), (a_keys, a_values, b_keys, b_values, *runs, a_starts, out_keys, out_values))
+
+
+def _tail(values, start: int):
+    """``values[start:]``, or the null pointer of a keys-only sort."""
+    return values if values is NULL else values[start:]

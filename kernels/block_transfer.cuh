@@ -1,0 +1,80 @@
+// Moving a tile between global memory, shared memory and registers.
+//
+// Global memory is touched in "strided" order: in round i, thread tid
+// handles tile element NT * i + tid, so each warp reads or writes 32
+// consecutive elements at once (coalesced).  Merging works in "thread
+// order": thread tid holds elements VT * tid + i, i = 0 .. VT-1, in
+// registers.  Shared memory converts one order into the other; with VT odd,
+// the 32 lanes of a warp reading at stride VT fall into 32 different banks.
+//
+// Barriers: each function begins by writing shared memory, so the caller
+// must make sure no thread still reads it; a function that writes then
+// reads shared memory has its own barrier in between.
+#pragma once
+
+#include "types.cuh"
+
+namespace gpusort {
+
+template <int VT, class T>
+__device__ __forceinline__ void thread_to_shared(const T (&x)[VT], int tid, T* shared) {
+#pragma unroll
+  for (int i = 0; i < VT; ++i) shared[VT * tid + i] = x[i];
+}
+
+template <int VT, class T>
+__device__ __forceinline__ void shared_to_thread(const T* shared, int tid, T (&x)[VT]) {
+#pragma unroll
+  for (int i = 0; i < VT; ++i) x[i] = shared[VT * tid + i];
+}
+
+// x (thread order) <- global[0, count); elements past count are `pad`.
+template <int NT, int VT, class T>
+__device__ __forceinline__ void load_to_thread_order(const T* global, int count, T pad, T (&x)[VT],
+                                                     T* shared, int tid) {
+  T strided[VT];  // every load is issued before the first store waits on one
+#pragma unroll
+  for (int i = 0; i < VT; ++i) {
+    const int j = NT * i + tid;
+    strided[i] = j < count ? global[j] : pad;
+  }
+#pragma unroll
+  for (int i = 0; i < VT; ++i) shared[NT * i + tid] = strided[i];
+  __syncthreads();
+  shared_to_thread<VT>(shared, tid, x);
+}
+
+// global[0, count) <- x (thread order).
+template <int NT, int VT, class T>
+__device__ __forceinline__ void store_from_thread_order(const T (&x)[VT], int count, T* global,
+                                                        T* shared, int tid) {
+  thread_to_shared<VT>(x, tid, shared);
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < VT; ++i) {
+    const int j = NT * i + tid;
+    if (j < count) global[j] = shared[j];
+  }
+}
+
+// shared[0, a_count + b_count) <- a[0, a_count) followed by b[0, b_count).
+template <int NT, int VT, class T>
+__device__ __forceinline__ void load_two_to_shared(const T* a, int a_count, const T* b, int b_count,
+                                                   T* shared, int tid) {
+  T strided[VT];
+#pragma unroll
+  for (int i = 0; i < VT; ++i) {
+    const int j = NT * i + tid;
+    if (j < a_count)
+      strided[i] = a[j];
+    else if (j < a_count + b_count)
+      strided[i] = b[j - a_count];
+  }
+#pragma unroll
+  for (int i = 0; i < VT; ++i) {
+    const int j = NT * i + tid;
+    if (j < a_count + b_count) shared[j] = strided[i];
+  }
+}
+
+}  // namespace gpusort

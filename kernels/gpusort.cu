@@ -1,0 +1,23 @@
+// gpusort's GPU mergesort: the translation unit gpusort/kernels.py compiles
+// (through NVRTC) and tests/test_kernels_compile.py builds with nvcc.
+//
+// Two phases, after Modern GPU: a CTA blocksort turns the input into sorted
+// tiles of NV = NT * VT keys, then merge passes double the sorted run length
+// until one run is left (ping-pong between two buffers, partition then merge
+// in each pass).  Merging two sorted arrays is one such pass.
+//
+// Files, by the layer their name gives:
+//   types.cuh, order.cuh       key and value types; the order (NaN last)
+//   merge_path.cuh             merge path search (any memory)
+//   thread_*.cuh               one thread, registers: sort VT keys, merge VT
+//   block_*.cuh                one CTA: move a tile, sort a tile, merge a tile
+//   merge_pass.cuh             which runs a merge pass pairs up
+//   kernel_*.cuh               __global__ entry points, thin
+// Templates: NT, VT (tuning, chosen by gpusort/kernels.py), Key (signed char
+// .. unsigned long long, gpusort::f16, float, double), Value (no_value or an
+// unsigned integer of the values' width: values are moved, never compared)
+// and Order (gpusort::ascending or gpusort::descending).
+#include "version.cuh"
+#include "kernel_blocksort.cuh"
+#include "kernel_merge.cuh"
+#include "kernel_partition.cuh"

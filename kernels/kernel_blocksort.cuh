@@ -1,0 +1,57 @@
+// Entry point: sort every tile of NV = NT * VT keys (and values).
+#pragma once
+
+#include "block_sort.cuh"
+#include "order.cuh"
+
+namespace gpusort {
+
+// keys_out[tile] <- sorted keys_in[tile] for every tile of NV elements, the
+// values moved with them.  values_in == nullptr means "the keys' positions"
+// (argsort): each value is then its key's index in keys_in, made here
+// instead of read.  The last tile is padded with Order::last() keys (see
+// order.cuh), so block_sort always sorts full tiles.
+template <int NT, int VT, class Key, class Value, class Order>
+__global__ void __launch_bounds__(NT)
+    kernel_blocksort(const Key* keys_in, const Value* values_in, i64 count, Key* keys_out,
+                     Value* values_out) {
+  constexpr int NV = NT * VT;
+  __shared__ union {
+    Key keys[NV];
+    Value values[NV];
+  } shared;
+  static_assert(sizeof(shared) <= 48 * 1024,
+                "a CTA gets at most 48 KB of static shared memory: lower NT or VT for this key "
+                "and value size (gpusort/kernels.py, TUNING)");
+
+  const int tid = threadIdx.x;
+  const i64 tile_begin = i64(blockIdx.x) * NV;
+  const int tile_count = count - tile_begin < NV ? int(count - tile_begin) : NV;
+
+  Key keys[VT];
+  Value values[VT];
+  load_to_thread_order<NT, VT>(keys_in + tile_begin, tile_count, Order::template last<Key>(), keys,
+                               shared.keys, tid);
+  if constexpr (has_values<Value>) {
+    if (values_in) {
+      __syncthreads();
+      load_to_thread_order<NT, VT>(values_in + tile_begin, tile_count, Value(), values,
+                                   shared.values, tid);
+    } else {
+#pragma unroll
+      for (int i = 0; i < VT; ++i) values[i] = Value(tile_begin + VT * tid + i);
+    }
+  }
+  __syncthreads();
+
+  block_sort<NT, VT>(keys, values, shared.keys, shared.values, tid, Order());
+
+  store_from_thread_order<NT, VT>(keys, tile_count, keys_out + tile_begin, shared.keys, tid);
+  if constexpr (has_values<Value>) {
+    __syncthreads();
+    store_from_thread_order<NT, VT>(values, tile_count, values_out + tile_begin, shared.values,
+                                    tid);
+  }
+}
+
+}  // namespace gpusort

@@ -1,0 +1,40 @@
+// Which runs a merge pass pairs up, and where each pair's output goes.
+//
+// A pass merges pair after pair of sorted runs.  Pair p merges
+//   a[2pL, 2pL + L) with b[2pL, 2pL + L), each clipped to its list's length,
+// into out[2pL, ...), where L is the run length.  Two uses:
+//   - a mergesort pass over runs of length L in src: a = src, b = src + L,
+//     a_count = n, b_count = n - L, so pair p is runs 2p and 2p + 1;
+//   - a merge of two separate sorted arrays: a single pair, L >= both counts.
+// Tiles of NV outputs never straddle two pairs: in a mergesort pass 2L is a
+// multiple of NV, and a single merge has one pair.
+#pragma once
+
+#include "types.cuh"
+
+namespace gpusort {
+
+struct run_pair {
+  i64 begin;    // offset of the pair in a, in b and in the output
+  i64 a_count;  // length of its run from a
+  i64 b_count;  // length of its run from b
+};
+
+struct merge_pass {
+  i64 run_length;
+  i64 a_count;
+  i64 b_count;
+
+  // The pair that output position `out` belongs to.
+  __device__ __forceinline__ run_pair pair_at(i64 out) const {
+    const i64 begin = out / (2 * run_length) * (2 * run_length);
+    return {begin, clamp(a_count - begin), clamp(b_count - begin)};
+  }
+
+ private:
+  __device__ __forceinline__ i64 clamp(i64 rest) const {
+    return rest < 0 ? 0 : rest < run_length ? rest : run_length;
+  }
+};
+
+}  // namespace gpusort

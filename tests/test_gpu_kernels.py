@@ -1,0 +1,266 @@
+"""gpusort.gpu and the CuPy backend against NumPy, on a GPU.
+
+The reference for every sort is NumPy's stable argsort of the order keys
+(gpusort.order.encode): ascending is ``np.sort``'s order (NaN last, -0.0 tied
+with 0.0), descending is its reverse with NaN still last, and ties keep input
+order either way.  A stable sort's output is unique, so results are compared
+bit for bit: NaN payloads and the sign of zero must survive.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+
+from gpusort import kernels, order  # noqa: E402
+from gpusort.backends.cupy import BACKEND  # noqa: E402
+
+gpu = pytest.importorskip("gpusort.gpu")
+
+pytestmark = pytest.mark.gpu
+
+KEY_DTYPES = [np.dtype(t) for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                                   "uint32", "uint64", "float16", "float32", "float64")]  # fmt: skip
+PATTERNS = ["random", "equal", "few", "sorted", "reversed", "special"]
+
+
+def tile(dtype) -> int:
+    """NT * VT of the kernels sorting ``dtype`` on this device: the blocksort tile."""
+    arch = int(cupy.cuda.Device().compute_capability)
+    nt, vt = kernels.launch_box(arch, np.dtype(dtype).itemsize)
+    return nt * vt
+
+
+def make_keys(dtype, n: int, pattern: str, rng) -> np.ndarray:
+    """Host keys of one adversarial pattern; "special" mixes NaN, +-0.0, inf, subnormals, extremes."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        x = rng.integers(0, 2, n).astype(bool)
+    elif dtype.kind == "f":
+        x = (rng.standard_normal(n) * 1e3).astype(dtype)
+    else:
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    if pattern == "equal":
+        x[:] = x[0] if n else 0
+    elif pattern == "few":
+        x = rng.choice(x[:3], n) if n else x
+    elif pattern == "sorted":
+        x = np.sort(x)
+    elif pattern == "reversed":
+        x = np.sort(x)[::-1].copy()
+    elif pattern == "special" and n:
+        if dtype.kind == "f":
+            fi = np.finfo(dtype)
+            pool = np.array([np.nan, -np.nan, 0.0, -0.0, np.inf, -np.inf, fi.max, fi.min,
+                             fi.smallest_subnormal, -fi.smallest_subnormal, 1.0], dtype)  # fmt: skip
+        elif dtype.kind == "b":
+            pool = np.array([True, False])
+        else:
+            info = np.iinfo(dtype)
+            pool = np.array([info.min, info.max, 0, 1, info.max - 1, info.min + 1], dtype)
+        x = pool[rng.integers(0, pool.size, n)]
+    return x
+
+
+def ref_argsort(x: np.ndarray, descending: bool) -> np.ndarray:
+    return np.argsort(order.encode(x, descending), kind="stable")
+
+
+def bits(x):
+    """An array's bits as unsigned integers, so NaN == NaN and -0.0 != 0.0."""
+    x = np.ascontiguousarray(cupy.asnumpy(x))
+    return x.view(f"u{min(x.dtype.itemsize, 8)}") if x.dtype.kind != "b" else x
+
+
+def assert_same(got, expected):
+    got_host = cupy.asnumpy(got)
+    assert got_host.dtype == expected.dtype, (got_host.dtype, expected.dtype)
+    np.testing.assert_array_equal(bits(got_host), bits(expected))
+
+
+def sizes(dtype):
+    t = tile(dtype)
+    return [0, 1, t - 1, t, t + 1, 5 * t + 3]
+
+
+@pytest.fixture
+def rng(request):
+    return np.random.default_rng(zlib.crc32(request.node.name.encode()))
+
+
+@pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
+@pytest.mark.parametrize("dtype", KEY_DTYPES, ids=str)
+def test_sort_argsort_pairs_every_size_and_pattern(dtype, descending, rng):
+    for n in sizes(dtype):
+        for pattern in PATTERNS:
+            x = make_keys(dtype, n, pattern, rng)
+            d = cupy.asarray(x)
+            perm = ref_argsort(x, descending)
+            assert_same(gpu.sort(d, descending=descending), x[perm])
+            assert_same(gpu.argsort(d, descending=descending), perm)
+            values = cupy.arange(n, dtype=np.float32)  # 4-byte values move through the kernels
+            k, v = gpu.sort_pairs(d, values, descending=descending)
+            assert_same(k, x[perm])
+            assert_same(v, perm.astype(np.float32))
+            assert_same(d, x)  # input untouched
+            assert_same(values, np.arange(n, dtype=np.float32))
+
+
+@pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
+@pytest.mark.parametrize("dtype", KEY_DTYPES, ids=str)
+def test_large_sort_many_passes(dtype, descending, rng):
+    n = 2**20 + 7
+    for pattern in ("random", "few"):
+        x = make_keys(dtype, n, pattern, rng)
+        perm = ref_argsort(x, descending)
+        d = cupy.asarray(x)
+        assert_same(gpu.argsort(d, descending=descending), perm)
+        assert_same(gpu.sort(d, descending=descending), x[perm])
+
+
+def test_descending_is_numpy_reversed_without_nan(rng):
+    x = rng.standard_normal(100_003)
+    assert_same(gpu.sort(cupy.asarray(x), descending=True), np.sort(x)[::-1])
+    y = np.append(x, [np.nan, 3.0, np.nan])
+    got = cupy.asnumpy(gpu.sort(cupy.asarray(y), descending=True))
+    assert np.isnan(got[-2:]).all() and (np.diff(got[:-2]) <= 0).all()
+
+
+@pytest.mark.slow
+def test_sort_2_27_int32(rng):
+    x = rng.integers(-(2**31), 2**31, 2**27, dtype=np.int32)
+    d = cupy.asarray(x)
+    np.testing.assert_array_equal(cupy.asnumpy(gpu.sort(d)), np.sort(x))
+
+
+@pytest.mark.parametrize("value_dtype", ["uint8", "int16", "float32", "int64", "complex128"])
+@pytest.mark.parametrize("key_dtype", ["int32", "float64"])
+def test_sort_pairs_every_value_width(key_dtype, value_dtype, rng):
+    n = 3 * tile(key_dtype) + 11
+    x = make_keys(key_dtype, n, "few", rng)  # many ties: stability shows
+    values = np.arange(n).astype(value_dtype)
+    if value_dtype == "complex128":  # 16 bytes: sorted through positions, then gathered
+        values += 1j * (np.arange(n) % 5)
+    for descending in (False, True):
+        perm = ref_argsort(x, descending)
+        k, v = gpu.sort_pairs(cupy.asarray(x), cupy.asarray(values), descending=descending)
+        assert_same(k, x[perm])
+        assert_same(v, values[perm])
+
+
+def sorted_run(dtype, n, rng, descending, pattern="random"):
+    x = make_keys(dtype, n, pattern, rng)
+    return x[ref_argsort(x, descending)]
+
+
+@pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
+@pytest.mark.parametrize("dtype", ["int8", "uint32", "int64", "float16", "float32", "float64", "bool"])
+def test_merge(dtype, descending, rng):
+    t = tile(dtype)
+    for na, nb in [(0, 0), (0, 5), (7, 0), (1, 3 * t), (3 * t, 1), (t, t), (2 * t + 3, 5 * t - 1), (100_000, 77)]:
+        for pattern in ("random", "few", "special"):
+            a = sorted_run(dtype, na, rng, descending, pattern)
+            b = sorted_run(dtype, nb, rng, descending, pattern)
+            both = np.concatenate([a, b])  # stable sort of a ++ b: a's element first on ties
+            expected = both[ref_argsort(both, descending)]
+            assert_same(gpu.merge(cupy.asarray(a), cupy.asarray(b), descending=descending), expected)
+
+
+@pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
+@pytest.mark.parametrize("dtype", ["int32", "float64"])
+def test_merge_runs(dtype, descending, rng):
+    t = tile(dtype)
+    lengths = [0, 3 * t + 1, 1, 0, t, 17, 40_000, 2, 0, t - 1, 5]
+    runs = [sorted_run(dtype, n, rng, descending, "few") for n in lengths]
+    both = np.concatenate(runs)
+    perm = ref_argsort(both, descending)
+    got = gpu.merge_runs([cupy.asarray(r) for r in runs], descending=descending)
+    assert_same(got, both[perm])
+    # Pairs: values are global positions, so stability across runs shows exactly.
+    pairs = []
+    start = 0
+    for r in runs:
+        pairs.append((cupy.asarray(r), cupy.arange(start, start + r.size, dtype=np.int64)))
+        start += r.size
+    k, v = gpu.merge_runs(pairs, descending=descending)
+    assert_same(k, both[perm])
+    assert_same(v, perm.astype(np.int64))
+    # Values wider than 8 bytes take the positions-and-gather path.
+    wide = [(k_, (v_ * 1j).astype(np.complex128)) for k_, v_ in pairs]
+    k, v = gpu.merge_runs(wide, descending=descending)
+    assert_same(v, (perm * 1j).astype(np.complex128))
+
+
+def test_merge_runs_edge_cases(rng):
+    empty = cupy.empty(0, np.int16)
+    assert gpu.merge_runs([empty, empty]).size == 0
+    one = cupy.asarray(np.sort(make_keys("int16", 1000, "random", rng)))
+    before = cupy.asnumpy(one)
+    out = gpu.merge_runs([empty, one])
+    assert_same(out, before)
+    out += 1  # a copy, never the caller's run
+    assert_same(one, before)
+
+
+def test_backend_numpy_and_cupy_in_and_out(rng):
+    assert BACKEND.name == "cupy"
+    x = make_keys("float64", 50_001, "special", rng)
+    okeys = order.encode(x, False)
+    perm = ref_argsort(x, False)
+    for wrap in (np.asarray, cupy.asarray):
+        keys = wrap(okeys)
+        k, v = BACKEND.sort_run(keys)
+        assert v is None and type(k) is type(keys)
+        assert_same(k, okeys[perm])
+        k, v = BACKEND.sort_run(keys, wrap(np.arange(x.size)))
+        assert type(v) is type(keys)
+        assert_same(v, perm)
+        values = wrap(np.arange(x.size, dtype=np.complex64) * 1j)  # 8-byte values
+        k, v = BACKEND.sort_run(keys, values)
+        assert_same(v, (np.arange(x.size, dtype=np.complex64) * 1j)[perm])
+
+
+def test_backend_merge_runs_and_searchsorted(rng):
+    runs_host = [np.sort(rng.integers(0, 50, n)) for n in (0, 1000, 1, 3000, 0)]
+    values_host = [np.arange(r.size) + 10_000 * i for i, r in enumerate(runs_host)]
+    both_k = np.concatenate(runs_host)
+    both_v = np.concatenate(values_host)
+    perm = np.argsort(both_k, kind="stable")
+    for wrap in (np.asarray, cupy.asarray):
+        k, v = BACKEND.merge_runs([(wrap(a), wrap(b)) for a, b in zip(runs_host, values_host)])
+        assert type(k) is type(wrap(both_k))
+        assert_same(k, both_k[perm])
+        assert_same(v, both_v[perm])
+        k, v = BACKEND.merge_runs([(wrap(a), None) for a in runs_host])
+        assert v is None
+        assert_same(k, both_k[perm])
+    hay = np.sort(np.array([1.0, 2.0, 2.0, np.nan, -0.0, 5.0]))
+    needles = np.array([2.0, np.nan, 0.0, 9.0, -1.0])
+    for side in ("left", "right"):
+        expected = np.searchsorted(hay, needles, side=side)
+        for wrap in (np.asarray, cupy.asarray):
+            got = BACKEND.searchsorted(wrap(hay), wrap(needles), side)
+            assert type(got) is type(wrap(hay))
+            np.testing.assert_array_equal(cupy.asnumpy(got), expected)
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda: gpu.sort(np.arange(3)), TypeError, "cupy.asarray"),
+        (lambda: gpu.sort(cupy.zeros((2, 2))), ValueError, "1-D"),
+        (lambda: gpu.sort(cupy.zeros(3, np.complex64)), TypeError, "complex64"),
+        (lambda: gpu.sort_pairs(cupy.zeros(3), cupy.zeros(4)), ValueError, "one value per key"),
+        (lambda: gpu.merge(cupy.zeros(3), cupy.zeros(3, np.float32)), TypeError, "one dtype"),
+        (lambda: gpu.merge_runs([]), ValueError, "at least one"),
+        (lambda: gpu.merge_runs([cupy.zeros(1), (cupy.zeros(1), cupy.zeros(1))]), TypeError, "pairs"),
+    ],
+)
+def test_errors_name_the_argument_and_the_fix(call, error, words):
+    with pytest.raises(error, match=words):
+        call()

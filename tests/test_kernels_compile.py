@@ -1,0 +1,89 @@
+"""Every kernel instantiation gpusort.kernels can request compiles for sm_90.
+
+Needs nvcc, not a GPU: a template error in kernels/ fails CI on any machine
+with the CUDA compiler.  The ptxas resource report (registers, shared memory,
+spills) is printed (``pytest -s``) and written to ``ptxas-sm_90.txt`` in the
+test's temporary directory; benchmarks/NOTES.md quotes it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from gpusort import kernels
+
+ARCH = 90
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("nvcc") is None, reason="nvcc is not on the PATH (the CUDA toolkit compiles these)"
+)
+
+
+def _key_of(expression: str) -> str:
+    """The key type an instantiation is for: one translation unit per key type."""
+    return re.search(r"<(?:\d+, \d+, )?([^,]+),", expression).group(1)
+
+
+def _compile(unit: str, expressions: list[str], tmp_path) -> str:
+    """nvcc -cubin one translation unit that takes the address of every kernel in it."""
+    cu = tmp_path / f"{unit}.cu"
+    lines = [f'#include "{kernels.kernels_dir() / "gpusort.cu"}"', "void* const kernels[] = {"]
+    lines += [f"    (void*)&{e}," for e in expressions]
+    lines += ["};"]
+    cu.write_text("\n".join(lines) + "\n")
+    cmd = [
+        "nvcc", f"-arch=sm_{ARCH}", "-std=c++17", "-cubin", "-Xptxas", "-v",
+        "-diag-suppress", "177",  # the array above is never read, on purpose
+        f"-I{kernels.kernels_dir()}", "-o", str(cu.with_suffix(".cubin")), str(cu),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, f"{' '.join(cmd)}\n{done.stdout}{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def _resources(log: str) -> list[tuple[str, str]]:
+    """(mangled kernel name, its ptxas resource lines) for each kernel in a log."""
+    out = []
+    for block in log.split("Compiling entry function ")[1:]:
+        name = block.split("'")[1]
+        usage = re.findall(r"(\d+ bytes stack frame.*|Used \d+ registers.*)", block)
+        out.append((name, "; ".join(usage)))
+    return out
+
+
+def test_every_instantiation_compiles_for_sm_90(tmp_path):
+    names = kernels.instantiations(ARCH)
+    units: dict[str, list[str]] = {}
+    for e in names:
+        units.setdefault(_key_of(e).replace(" ", "_").replace("gpusort::", ""), []).append(e)
+    assert len(units) == len(kernels.KEY_TYPES)
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        logs = list(pool.map(lambda u: _compile(u, units[u], tmp_path), units))
+
+    report = [row for log in logs for row in _resources(log)]
+    assert len(report) == len(names)  # ptxas saw every kernel we asked for
+    text = "\n".join(f"{name}: {usage}" for name, usage in report)
+    (tmp_path / f"ptxas-sm_{ARCH}.txt").write_text(text + "\n")
+    print(f"\nptxas -v, sm_{ARCH}, kernels {kernels.version()}\n{text}")
+
+
+def test_instantiations_cover_every_key_value_and_order():
+    names = kernels.instantiations(ARCH)
+    for key in kernels.KEY_TYPES:
+        for value_size in kernels.VALUE_TYPES:
+            nt, vt = kernels.launch_box(ARCH, key.itemsize, value_size)
+            assert nt & (nt - 1) == 0 and vt % 2 == 1, (key, value_size, nt, vt)
+            for descending in kernels.ORDERS:
+                expected = kernels.expressions(nt, vt, key, value_size, descending).values()
+                assert set(expected) <= set(names)
+    assert kernels.launch_box(ARCH, np.dtype(np.int8).itemsize, 2) == kernels.TUNING[ARCH, 4, 4]
+    assert kernels.launch_box(ARCH, 8, 0) == kernels.TUNING[ARCH, 8, 0]
+    assert kernels.launch_box(ARCH + 10, 8, 8) == kernels.TUNING[ARCH, 8, 8]  # newer: nearest below
