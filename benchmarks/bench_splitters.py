@@ -1,0 +1,81 @@
+"""Splitter overhead: what the exact co-rank splitters cost, against N, P and J.
+
+N keys in P input chunks (so P sorted runs), sorted into J output chunks.
+The splitter phases are the samples-, plan-, windows- and splits- tasks;
+their output bytes and compute seconds (from the scheduler's task stream)
+are reported absolutely and as a share: of the key bytes, and of the task
+seconds of the whole sort.  Both shares should stay small as N grows.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from distributed import wait
+from harness import Case, dask_client, dask_keys, parse_args, run, task_stats
+
+SPLITTER_PHASES = ("samples", "plan", "windows", "splits")
+
+
+def main(argv=None) -> int:
+    def options(p):
+        p.add_argument("--n", type=int, nargs="+", default=[2**20, 2**22, 2**24], help="numbers of keys (N)")
+        p.add_argument("--runs", type=int, nargs="+", default=[4, 16, 64], help="input chunks (P)")
+        p.add_argument("--out-chunks", type=int, nargs="+", default=[0],
+                       help="output chunks (J); 0 means J = P (default: %(default)s)")
+        p.add_argument("--dtype", default="int64", help="key dtype (default: %(default)s)")
+        p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy")
+        p.add_argument("--cluster", choices=("local", "cuda"),
+                       help="LocalCluster or LocalCUDACluster (default: cuda with --backend cupy, else local)")
+        p.set_defaults(repeat=3)
+
+    args = parse_args(__doc__, argv, options)
+    with dask_client(args.cluster, args.backend == "cupy") as client:
+
+        def check(x, out):
+            y, start = out
+            np.testing.assert_array_equal(y.compute(), np.sort(x.compute()))
+            stats = task_stats(client, start)
+            splitter = [stats[p] for p in SPLITTER_PHASES if p in stats]
+            seconds = sum(s["seconds"] for s in splitter)
+            nbytes = sum(s["bytes"] for s in splitter)
+            return {"splitter_bytes": nbytes, "splitter_seconds": seconds,
+                    "splitter_byte_share": nbytes / x.nbytes,
+                    "splitter_time_share": seconds / sum(s["seconds"] for s in stats.values())}
+
+        cases = []
+        for n in args.n:
+            for runs in args.runs:
+                for out_chunks in args.out_chunks:
+                    out_chunks = out_chunks or runs
+                    params = {"n": n, "dtype": args.dtype, "runs": runs, "out_chunks": out_chunks}
+                    cases.append(Case(f"gpusort[{args.backend}]", _setup(n, runs, args.dtype),
+                                      _sort(-(-n // out_chunks), args.backend), check, n, params))
+        return run("splitters", args, cases, show=("splitter_bytes", "splitter_byte_share",
+                                                   "splitter_seconds", "splitter_time_share"))
+
+
+def _setup(n, runs, dtype):
+    def setup(rep):
+        x = dask_keys(n, -(-n // runs), dtype, "uniform", seed=rep).persist()
+        wait(x)
+        return x
+
+    return setup
+
+
+def _sort(chunk, backend):
+    def sort(x):
+        import gpusort
+
+        start = time.time()
+        y = gpusort.sort(x, chunks=chunk, backend=backend).persist()
+        wait(y)
+        return y, start
+
+    return sort
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

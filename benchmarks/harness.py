@@ -1,0 +1,534 @@
+"""The one benchmark harness behind every ``benchmarks/bench_*.py`` file.
+
+In the spirit of dask-cuda's ``benchmarks/common.py``: a bench file stays
+short.  It parses its options with :func:`parse_args`, describes what to time
+as a list of :class:`Case` objects -- gpusort and its peers on the same
+input -- and hands them to :func:`run`, which times, checks, prints a table
+and writes tidy JSON.  A complete bench file::
+
+    # benchmarks/bench_example.py; run: python benchmarks/bench_example.py --out results
+    import numpy as np
+    from harness import Case, parse_args, run
+
+    def main(argv=None) -> int:
+        args = parse_args(__doc__, argv, extra=lambda p: p.add_argument("--n", type=int, default=2**20))
+        cases = [
+            Case(
+                "np.sort",
+                setup=lambda rep: np.random.default_rng(rep).integers(0, 2**40, args.n),
+                run=np.sort,
+                check=lambda x, y: np.testing.assert_array_equal(y, np.sort(x)),
+                items=args.n,
+                params={"n": args.n, "dtype": "int64"},
+            )
+        ]
+        return run("example", args, cases)
+
+    if __name__ == "__main__":
+        raise SystemExit(main())
+
+The contract, one field of :class:`Case` at a time:
+
+``setup(rep) -> inputs``
+    Makes *fresh* inputs, untimed.  ``rep`` is unique for every warm-up and
+    timed repetition of a case: use it as the seed.  That is the Dask trap
+    this avoids -- computing the same graph twice on a distributed client can
+    hand back results it still holds instead of doing the work again.
+``run(inputs) -> output``
+    The timed part.  It must leave the work *finished*: call ``.compute()``
+    on lazy Dask results.
+``check(inputs, output) -> dict | None``
+    Untimed.  Raises (``AssertionError``) on a wrong result; a failed case is
+    reported as such and never gets a time.  A returned dict is recorded with
+    the run (phase seconds, chunk balance, ...); ``run`` may return a tuple
+    ``(result, measurements)`` for ``check`` to pass on.
+``device``
+    ``"cpu"``: host clock.  ``"gpu"``: the case runs on *this process's*
+    current GPU; the harness times it with CUDA events, synchronizes the
+    device before the host clock stops, and records the CuPy pool's
+    high-water mark (``gpu_pool_bytes``).  Distributed GPU cases stay
+    ``"cpu"``: their ``compute()`` returns only after the workers finished.
+``requires``
+    Modules the case imports; where one is missing (or ``device="gpu"`` and
+    no GPU is usable) the case is reported as skipped with the reason, so
+    peers such as ``cupy.sort`` or ``torch.sort`` simply drop out.
+``params``
+    What the input is (``n``, ``dtype``, ``chunks``, ``distribution``, ...).
+    Peers timed on the same input share ``params``; ``run(..., baseline=NAME)``
+    reports every case's speed relative to the case ``NAME`` with the same
+    params.  The plots (``benchmarks/plot.py``) read ``n`` and ``dtype``.
+
+Every bench file defines ``main(argv=None) -> int`` so that ``gpusort bench
+NAME`` and tests can run it.  Results go to ``--out DIR`` (default
+``results``) as ``NAME-YYYYmmdd-HHMMSS-XXXXXX.json``, opened exclusively, so
+nothing is ever overwritten.  The JSON holds ``config`` (the parsed options),
+``machine``, ``versions``, ``runs`` (one row per timed repetition: the tidy
+table), ``summary`` (one row per case: medians, items/s, ratio) and
+``skipped``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import secrets
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.utils import key_split
+
+# Run from a source checkout, a bench measures the checkout's gpusort rather
+# than whichever one is installed.
+_CHECKOUT = Path(__file__).resolve().parent.parent
+if (_CHECKOUT / "gpusort" / "__init__.py").is_file() and str(_CHECKOUT) not in sys.path:
+    sys.path.insert(0, str(_CHECKOUT))
+
+from gpusort.cli import environment
+
+__all__ = [
+    "DISTRIBUTIONS",
+    "Case",
+    "add_ratios",
+    "dask_client",
+    "dask_keys",
+    "format_table",
+    "make_keys",
+    "parse_args",
+    "run",
+    "summarize",
+    "task_stats",
+    "time_case",
+    "write_results",
+]
+
+
+@dataclass
+class Case:
+    """One thing to time: a method (``name``) on one input (``params``)."""
+
+    name: str
+    setup: Callable[[int], Any]
+    run: Callable[[Any], Any]
+    check: Callable[[Any, Any], dict | None] | None
+    items: int
+    params: dict = field(default_factory=dict)
+    device: Literal["cpu", "gpu"] = "cpu"
+    requires: Sequence[str] = ()
+    bytes: int | None = None
+    """Bytes the case moves (for GB/s); ``None`` when items/s says it all."""
+
+
+def parse_args(
+    description: str | None,
+    argv: Sequence[str] | None = None,
+    extra: Callable[[argparse.ArgumentParser], Any] | None = None,
+) -> argparse.Namespace:
+    """The options every bench file shares, plus its own through ``extra``.
+
+    Parameters
+    ----------
+    description : str or None
+        The bench file's help text (its module docstring does well).
+    argv : sequence of str, optional
+        Arguments; ``sys.argv[1:]`` when ``None``.
+    extra : callable, optional
+        ``extra(parser)`` adds the bench file's own options.
+
+    Examples
+    --------
+    >>> args = parse_args("demo", ["--repeat", "3", "--out", "/tmp/r"])
+    >>> args.repeat, args.warmup, str(args.out)
+    (3, 1, '/tmp/r')
+    """
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--out", type=Path, default=Path("results"),
+        help="directory for the JSON results; files are never overwritten (default: %(default)s)",
+    )
+    parser.add_argument("--repeat", type=_positive, default=5, help="timed repetitions per case (default: %(default)s)")
+    parser.add_argument("--warmup", type=_non_negative, default=1, help="untimed repetitions first (default: %(default)s)")
+    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    if extra is not None:
+        extra(parser)
+    return parser.parse_args(argv)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def skip_reason(case: Case) -> str | None:
+    """Why ``case`` cannot run here (a missing module, no GPU), or ``None``."""
+    needs = list(case.requires) + (["cupy"] if case.device == "gpu" else [])
+    for module in needs:
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed"
+    if case.device == "gpu":
+        import cupy
+
+        try:
+            if cupy.cuda.runtime.getDeviceCount() == 0:
+                return "CuPy finds no CUDA device"
+        except cupy.cuda.runtime.CUDARuntimeError as exc:
+            return f"CuPy finds no CUDA device ({exc})"
+    return None
+
+
+def time_case(case: Case, *, repeat: int, warmup: int) -> list[dict]:
+    """Warm up, then time ``case`` ``repeat`` times; one row per timed run.
+
+    Each repetition gets fresh inputs from ``case.setup(rep)`` and its output
+    is checked with ``case.check``; setup and check are not timed.  An
+    exception anywhere ends the case: it propagates to the caller.
+
+    Examples
+    --------
+    >>> rows = time_case(Case("sum", setup=lambda rep: list(range(rep + 10)), run=sum,
+    ...                       check=None, items=10), repeat=2, warmup=1)
+    >>> [row["rep"] for row in rows], rows[0]["seconds"] > 0
+    ([1, 2], True)
+    """
+    rows = []
+    for rep in range(warmup + repeat):
+        inputs = case.setup(rep)
+        seconds, wall, gpu_bytes, output = _timed(case, inputs)
+        measured = case.check(inputs, output) if case.check is not None else None
+        del inputs, output  # free before the next setup: peak memory stays one input
+        if rep < warmup:
+            continue
+        row = {"rep": rep, "seconds": seconds, "wall_seconds": wall}
+        if gpu_bytes is not None:
+            row["gpu_pool_bytes"] = gpu_bytes
+        rows.append(row | (measured or {}))
+    return rows
+
+
+def _timed(case: Case, inputs: Any) -> tuple[float, float, int | None, Any]:
+    """(seconds, host seconds, GPU pool bytes or None, output) of one run."""
+    if case.device == "cpu":
+        start = time.perf_counter()
+        output = case.run(inputs)
+        wall = time.perf_counter() - start
+        return wall, wall, None, output
+    import cupy
+
+    pool = cupy.get_default_memory_pool()
+    pool.free_all_blocks()  # so the pool's size after the run is this run's peak
+    cupy.cuda.runtime.deviceSynchronize()  # setup's GPU work is not timed
+    begin, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start = time.perf_counter()
+    begin.record()
+    output = case.run(inputs)
+    end.record()
+    # A device-wide sync also waits for streams that are not CuPy's (torch).
+    cupy.cuda.runtime.deviceSynchronize()
+    wall = time.perf_counter() - start
+    return cupy.cuda.get_elapsed_time(begin, end) / 1e3, wall, pool.total_bytes(), output
+
+
+def summarize(case: Case, rows: list[dict]) -> dict:
+    """One case's summary: median and min seconds, items/s, medians of measurements.
+
+    ``rows`` are the case's timed runs from :func:`time_case`.  A numeric
+    measurement (from ``check``) is summarized by its median; a dict of them
+    (``phases``: seconds per phase) by the median of each entry.
+
+    Examples
+    --------
+    >>> case = Case("a", setup=None, run=None, check=None, items=4, params={"n": 4})
+    >>> rows = [{"rep": r, "seconds": s, "balance": 1.0} for r, s in enumerate((1.0, 3.0, 2.0))]
+    >>> entry = summarize(case, rows)
+    >>> entry["median_seconds"], entry["items_per_second"], entry["balance"]
+    (2.0, 2.0, 1.0)
+    """
+    seconds = [row["seconds"] for row in rows]
+    median = statistics.median(seconds)
+    entry = {"case": case.name, "params": dict(case.params), "status": "ok", "items": case.items,
+             "repetitions": len(rows), "median_seconds": median, "min_seconds": min(seconds),
+             "items_per_second": case.items / median if median > 0 else float("inf")}
+    if case.bytes is not None:
+        entry["bytes"] = case.bytes
+        entry["bytes_per_second"] = case.bytes / median if median > 0 else float("inf")
+    for key, value in rows[0].items():
+        if key in ("rep", "seconds"):
+            continue
+        if isinstance(value, dict):
+            names = dict.fromkeys(k for row in rows for k in row[key])
+            entry[key] = {k: statistics.median(row[key].get(k, 0.0) for row in rows) for k in names}
+        elif isinstance(value, (int, float)):
+            entry[key] = statistics.median(row[key] for row in rows)
+    return entry
+
+
+def add_ratios(summary: list[dict], baseline: str) -> None:
+    """Give each case ``ratio``: the baseline's median over its own, same params.
+
+    Above 1 means faster than ``baseline``; cases without a baseline on the
+    same params get no ratio.
+
+    Examples
+    --------
+    >>> summary = [{"case": "a", "params": {"n": 4}, "status": "ok", "median_seconds": 1.0},
+    ...            {"case": "b", "params": {"n": 4}, "status": "ok", "median_seconds": 4.0}]
+    >>> add_ratios(summary, "b")
+    >>> [entry["ratio"] for entry in summary]
+    [4.0, 1.0]
+    """
+    key = lambda entry: json.dumps(entry["params"], sort_keys=True, default=str)
+    reference = {key(e): e["median_seconds"] for e in summary
+                 if e["case"] == baseline and e["status"] == "ok"}
+    for entry in summary:
+        ref = reference.get(key(entry))
+        if entry["status"] == "ok" and ref is not None and entry["median_seconds"] > 0:
+            entry["ratio"] = ref / entry["median_seconds"]
+
+
+def write_results(out: Path, name: str, config: dict, rows: list[dict],
+                  summary: list[dict]) -> Path:
+    """Write the tidy JSON under ``out``; a fresh file every time, never overwritten.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = write_results(Path(tempfile.mkdtemp()), "demo", {"repeat": 1}, [], [])
+    >>> path.name.startswith("demo-"), json.loads(path.read_text())["benchmark"]
+    (True, 'demo')
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    now = datetime.now(UTC)
+    env = environment()
+    document = {
+        "benchmark": name,
+        "created": now.isoformat(timespec="seconds"),
+        "config": {k: str(v) if isinstance(v, os.PathLike) else v for k, v in config.items()},
+        "machine": env["machine"],
+        "versions": env["versions"],
+        "runs": rows,
+        "summary": [s for s in summary if s["status"] != "skipped"],
+        "skipped": [s for s in summary if s["status"] == "skipped"],
+    }
+    while True:  # a name clash (same second, same random suffix) just draws again
+        path = out / f"{name}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}.json"
+        try:
+            with path.open("x") as f:
+                json.dump(document, f, indent=1, default=str)
+                f.write("\n")
+            return path
+        except FileExistsError:
+            continue
+
+
+def format_table(summary: list[dict], show: Sequence[str] = ()) -> str:
+    """A plain-text table of the summary: one line per case, skipped ones last.
+
+    ``show`` names measurements (from ``Case.check``) to add as columns.
+
+    Examples
+    --------
+    >>> print(format_table([
+    ...     {"case": "np.sort", "params": {"n": 8}, "status": "ok", "median_seconds": 0.5,
+    ...      "min_seconds": 0.25, "items_per_second": 16e6, "ratio": 2.0},
+    ...     {"case": "cupy.sort", "params": {"n": 8}, "status": "skipped",
+    ...      "reason": "cupy is not installed"}]))
+    case       n  median s  min s  Mkeys/s  ratio
+    ---------  -  --------  -----  -------  -----
+    np.sort    8  0.5       0.25   16       2.00x
+    cupy.sort  8  skipped: cupy is not installed
+    """
+    params = list(dict.fromkeys(k for entry in summary for k in entry["params"]))
+    header = ["case", *params, "median s", "min s", "Mkeys/s", "ratio", *show]
+    lines = []
+    for entry in sorted(summary, key=lambda e: e["status"] == "skipped"):
+        cells = [entry["case"], *(_cell(entry["params"].get(k, "")) for k in params)]
+        if entry["status"] == "ok":
+            cells += [_cell(entry["median_seconds"]), _cell(entry["min_seconds"]),
+                      _cell(entry["items_per_second"] / 1e6),
+                      f"{entry['ratio']:.2f}x" if "ratio" in entry else "",
+                      *(_cell(entry.get(k, "")) for k in show)]
+        else:  # the reason overflows the columns to its right, which are empty
+            cells.append(f"{entry['status']}: {entry['reason']}")
+        lines.append(cells)
+    sized = [cells if len(cells) == len(header) else cells[:-1] + [""] * (4 + len(show)) for cells in lines]
+    widths = [max(map(len, column)) for column in zip(header, *sized)]
+    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, lines)])
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def run(name: str, args: argparse.Namespace, cases: Sequence[Case],
+        baseline: str | None = None, show: Sequence[str] = ()) -> int:
+    """Time every case, print the table, write the JSON; the exit status.
+
+    Cases that cannot run here are skipped with the reason; a case that raises
+    (a failed check included) is reported as failed with its error and the
+    others still run.  ``baseline`` names the case the others are compared
+    with (the ``ratio`` column); ``show`` adds measurements to the table.
+    Returns 1 if any case failed, else 0.
+    """
+    rows: list[dict] = []
+    summary: list[dict] = []
+    for case in cases:
+        head = {"case": case.name, "params": dict(case.params)}
+        reason = skip_reason(case)
+        if reason is not None:
+            summary.append(head | {"status": "skipped", "reason": reason})
+            continue
+        if not args.quiet:
+            print(f"timing {case.name} {case.params} ...", file=sys.stderr, flush=True)
+        try:
+            timed = time_case(case, repeat=args.repeat, warmup=args.warmup)
+        except Exception as exc:
+            traceback.print_exc()
+            summary.append(head | {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"})
+            continue
+        rows += [{"case": case.name, **case.params, "items": case.items} | r for r in timed]
+        summary.append(summarize(case, timed))
+    if baseline is not None:
+        add_ratios(summary, baseline)
+    path = write_results(args.out, name, vars(args), rows, summary)
+    if not args.quiet:
+        print(format_table(summary, show))
+        print(f"results: {path}")
+    return int(any(s["status"] == "failed" for s in summary))
+
+
+# --- inputs and Dask helpers shared by the sort benchmarks ---------------------------------
+
+DISTRIBUTIONS = ("uniform", "equal", "few", "zipf", "one99", "sorted", "reverse")
+"""Key distributions: uniform over the dtype's range, all equal, 4 distinct values,
+Zipf(1.1), 99% one value, already sorted, sorted in reverse."""
+
+
+def make_keys(start: int, stop: int, n: int, dtype: Any, distribution: str, seed: int) -> np.ndarray:
+    """Keys at positions ``[start, stop)`` of an ``n``-key input from ``distribution``.
+
+    Random draws are seeded by ``(seed, start)``, so any chunk of the input can
+    be made on its own, on any worker.
+
+    Examples
+    --------
+    >>> make_keys(0, 4, 4, "int32", "sorted", seed=0)
+    array([0, 1, 2, 3], dtype=int32)
+    >>> make_keys(2, 4, 4, "int64", "reverse", seed=0)
+    array([1, 0])
+    """
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng([seed, start])
+    size = stop - start
+    if distribution in ("sorted", "reverse"):
+        ranks = np.arange(start, stop) if distribution == "sorted" else np.arange(n - start - 1, n - stop - 1, -1)
+        return ranks.astype(dtype)  # wraps for narrow dtypes: still mostly ordered runs
+    if distribution == "uniform":
+        if dtype.kind == "f":
+            return rng.standard_normal(size).astype(dtype)
+        if dtype.kind == "b":
+            return rng.integers(0, 2, size).astype(dtype)
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size, dtype=dtype, endpoint=True)
+    if distribution == "equal":
+        return np.full(size, 7, dtype)
+    if distribution == "few":
+        return rng.integers(0, 4, size).astype(dtype)
+    if distribution == "zipf":  # heavy-tailed: a few values hold most keys; capped to fit the dtype
+        cap = min(np.iinfo(dtype).max, 2**62) if dtype.kind in "iu" else 2**62
+        return np.minimum(rng.zipf(1.1, size), cap).astype(dtype)
+    if distribution == "one99":
+        return np.where(rng.random(size) < 0.99, 42, rng.integers(0, 100, size)).astype(dtype)
+    raise ValueError(f"distribution={distribution!r} is not known; use one of {DISTRIBUTIONS}")
+
+
+def dask_keys(n: int, chunks: int, dtype: Any, distribution: str, seed: int) -> da.Array:
+    """A lazy ``n``-key Dask array from :func:`make_keys`, chunk by chunk.
+
+    A new ``seed`` gives new Dask keys, so a distributed client really computes
+    it again: pass the repetition number from ``Case.setup``.
+
+    Examples
+    --------
+    >>> dask_keys(10, 4, "int64", "sorted", seed=0).compute()
+    array([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+    """
+    positions = da.arange(n, chunks=chunks, dtype=np.int64)
+    return positions.map_blocks(_block_keys, n, np.dtype(dtype), distribution, seed, dtype=dtype,
+                                meta=np.empty(0, dtype))
+
+
+def _block_keys(positions: np.ndarray, n: int, dtype: np.dtype, distribution: str, seed: int) -> np.ndarray:
+    start = int(positions[0]) if len(positions) else 0
+    return make_keys(start, start + len(positions), n, dtype, distribution, seed)
+
+
+@contextlib.contextmanager
+def dask_client(kind: str | None = None, gpu: bool = False, workers: int | None = None) -> Iterator[Any]:
+    """A ``distributed.Client`` on a fresh cluster on this machine.
+
+    ``"local"``: a ``LocalCluster`` of worker processes with one thread each
+    (``workers``, default one per core); ``"cuda"``: dask-cuda's
+    ``LocalCUDACluster``, one worker per GPU; ``None``: ``"cuda"`` for a
+    ``gpu`` benchmark, else ``"local"``.
+    """
+    from distributed import Client, LocalCluster
+
+    kind = kind or ("cuda" if gpu else "local")
+    if kind == "cuda":
+        from dask_cuda import LocalCUDACluster
+
+        cluster = LocalCUDACluster(dashboard_address=":0")
+    elif kind == "local":
+        cluster = LocalCluster(n_workers=workers or dask.system.CPU_COUNT, threads_per_worker=1,
+                               processes=True, dashboard_address=":0")
+    else:
+        raise ValueError(f"cluster kind {kind!r} is not known; use 'local' or 'cuda'")
+    with cluster, Client(cluster) as client:
+        # The scheduler starts recording its task stream on the first request;
+        # ask now, so that task_stats sees the first timed run too.
+        client.get_task_stream(count=0)
+        yield client
+
+
+def task_stats(client: Any, start: float, prefixes: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+    """Per task-name prefix, the tasks run since ``start`` (a ``time.time()``).
+
+    Each prefix maps to ``{"tasks": count, "seconds": compute seconds summed
+    over its tasks, "bytes": their output bytes summed}``.  gpusort names its
+    layers ``runs-``, ``samples-``, ``plan-``, ``windows-``, ``splits-``,
+    ``slice-`` and ``merge-``, so this is cost by phase.  Call it from
+    ``Case.check``: fetching the scheduler's task stream is then not timed.
+    """
+    stats: dict[str, dict[str, float]] = {}
+    for task in client.get_task_stream(start=start):
+        # Fused tasks are named after their whole chain (merge-sorted-...): the first name counts.
+        prefix = key_split(task["key"]).split("-")[0]
+        if prefixes is not None and prefix not in prefixes:
+            continue
+        entry = stats.setdefault(prefix, {"tasks": 0, "seconds": 0.0, "bytes": 0})
+        entry["tasks"] += 1
+        entry["seconds"] += sum(s["stop"] - s["start"] for s in task["startstops"] if s["action"] == "compute")
+        entry["bytes"] += task.get("nbytes", 0)
+    return stats
