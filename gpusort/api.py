@@ -10,7 +10,8 @@ import dask.array as da
 import numpy as np
 
 from gpusort import graph, order
-from gpusort.backends import BACKENDS, backend_for, is_cupy
+from gpusort.backends import BACKENDS, backend_for, backend_spec, is_cupy
+from gpusort.budget import parse_budget
 
 
 def sort(
@@ -20,6 +21,7 @@ def sort(
     descending: bool = False,
     chunks: int | None = None,
     backend: str | None = None,
+    gpu_memory_budget: int | str | None = None,
 ) -> da.Array:
     """Globally sorted copy of a Dask array, lazily.
 
@@ -40,6 +42,13 @@ def sort(
         Where runs are sorted and merged.  By default the chunk type decides:
         CuPy chunks sort on the GPU.  ``"cupy"`` with NumPy chunks sorts them
         on the GPU and returns NumPy chunks (the out-of-core path).
+    gpu_memory_budget : int or str, optional
+        GPU memory, per worker, that sorting host-resident (NumPy) chunks on
+        the GPU may hold: bytes, or a string such as ``"2GiB"``.  Chunks and
+        merges that do not fit are done in pieces that do, so any data size
+        sorts.  By default half the GPU's free memory when the first task
+        runs.  Needs ``backend="cupy"``; CuPy chunks already live on the GPU
+        and are not counted (dask-cuda's ``device_memory_limit`` spills them).
 
     Returns
     -------
@@ -56,7 +65,7 @@ def sort(
     ((4, 1),)
     """
     x = _as_keys(x, axis, "x")
-    keys, _ = _sort(x, None, descending, chunks, backend, positions=False)
+    keys, _ = _sort(x, None, descending, chunks, backend, gpu_memory_budget, positions=False)
     return keys
 
 
@@ -67,6 +76,7 @@ def argsort(
     descending: bool = False,
     chunks: int | None = None,
     backend: str | None = None,
+    gpu_memory_budget: int | str | None = None,
 ) -> da.Array:
     """Stable int64 positions that sort ``x``, lazily.
 
@@ -84,7 +94,7 @@ def argsort(
     array([0, 2, 1, 3])
     """
     x = _as_keys(x, axis, "x")
-    _, positions = _sort(x, None, descending, chunks, backend, positions=True)
+    _, positions = _sort(x, None, descending, chunks, backend, gpu_memory_budget, positions=True)
     return positions
 
 
@@ -95,6 +105,7 @@ def sort_by_key(
     descending: bool = False,
     chunks: int | None = None,
     backend: str | None = None,
+    gpu_memory_budget: int | str | None = None,
 ) -> tuple[da.Array, da.Array]:
     """Sort ``keys`` and carry ``values`` along, stably, lazily.
 
@@ -120,7 +131,7 @@ def sort_by_key(
     values = _as_dask(values, "values")
     if values.ndim != 1:
         raise ValueError(f"values must be 1-D like keys; got {values.ndim}-D (use values.ravel())")
-    if values.dtype.kind == "O":
+    if values.dtype.hasobject:  # object, or a structured dtype with object fields
         raise TypeError("values has dtype object; gpusort moves fixed-width values only")
     _check_known_chunks(values, "values")
     if values.shape[0] != keys.shape[0]:
@@ -128,9 +139,12 @@ def sort_by_key(
             f"values has length {values.shape[0]} but keys has length {keys.shape[0]}; "
             "they must be the same length"
         )
-    if values.chunks != keys.chunks:
+    if values.chunks != keys.chunks and keys.shape[0] == 0:
+        # Dask's rechunk keeps the number of empty chunks; nothing to move anyway.
+        values = da.from_array(values._meta.reshape(0), chunks=keys.chunks, asarray=False)
+    elif values.chunks != keys.chunks:
         values = values.rechunk(keys.chunks)
-    return _sort(keys, values, descending, chunks, backend, positions=False)
+    return _sort(keys, values, descending, chunks, backend, gpu_memory_budget, positions=False)
 
 
 def resolve_backend(backend: str | None, meta: Any) -> str:
@@ -160,10 +174,11 @@ def output_chunk(chunks: Any, n: int, nparts: int) -> int:
     return int(min(chunks, max(n, 1)))
 
 
-def _sort(keys, values, descending, chunks, backend, *, positions):
+def _sort(keys, values, descending, chunks, backend, gpu_memory_budget, *, positions):
     if not isinstance(descending, (bool, np.bool_)):
         raise TypeError(f"descending must be True or False; got {descending!r}")
-    backend = resolve_backend(backend, keys._meta)
+    budget = parse_budget(gpu_memory_budget)
+    backend = backend_spec(resolve_backend(backend, keys._meta), budget)
     chunk = output_chunk(chunks, keys.shape[0], keys.numblocks[0])
     runs = graph.form_runs(keys, values, descending=bool(descending), backend=backend, positions=positions)
     return graph.merge_sorted_runs(
@@ -172,14 +187,23 @@ def _sort(keys, values, descending, chunks, backend, *, positions):
 
 
 def _as_dask(x: Any, argname: str) -> da.Array:
+    if isinstance(x, np.ma.MaskedArray) or isinstance(getattr(x, "_meta", None), np.ma.MaskedArray):
+        # Sorting the data would silently drop the mask and sort what it hides.
+        raise TypeError(
+            f"{argname} is a masked array, which gpusort does not sort; pass "
+            f"{argname}.compressed() to drop the masked elements, or {argname}.filled(value)"
+        )
     if isinstance(x, da.Array):
         return x
     if is_cupy(x):
         return da.from_array(x, chunks="auto", asarray=False)
     if isinstance(x, (np.ndarray, list, tuple)) or hasattr(x, "__array__"):
-        x = np.asarray(x)
+        try:
+            x = np.asarray(x)
+        except ValueError as exc:  # ragged nested sequences
+            raise ValueError(f"{argname} is not a rectangular array: {exc}") from exc
         # Dask cannot size object chunks; one chunk lets the dtype check speak.
-        return da.from_array(x, chunks=-1 if x.dtype.kind == "O" else "auto")
+        return da.from_array(x, chunks=-1 if x.dtype.hasobject else "auto")
     raise TypeError(
         f"{argname} must be a dask array or a NumPy/CuPy array; got {type(x).__name__}"
     )
@@ -198,6 +222,12 @@ def _as_keys(x: Any, axis: int | None, argname: str) -> da.Array:
     x = _as_dask(x, argname)
     order.check_key_dtype(x.dtype, argname)
     _check_known_chunks(x, argname)
+    if axis is None and x.ndim > 1 and any(0 in dim for dim in x.chunks):
+        # Dask's reshape miscounts empty chunks of N-D arrays (an IndexError,
+        # or chunk sizes that the blocks then contradict): drop them first.
+        if x.size == 0:
+            return da.from_array(x._meta.reshape(0), chunks=-1, asarray=False)
+        x = x.rechunk(tuple(tuple(c for c in dim if c) for dim in x.chunks))
     if axis is None:
         return x.ravel()
     if x.ndim != 1:

@@ -45,7 +45,7 @@ examples:
   {_MAKE_KEYS}
   gpusort sort keys.zarr sorted.zarr --chunks 1048576 --argsort-dst order.zarr
   gpusort sort keys.zarr sorted-desc.zarr --descending --cluster threads --quiet
-  gpusort sort keys.zarr sorted.zarr --overwrite --cluster cuda --gpu-memory-budget 8GiB""",
+  gpusort sort keys.zarr sorted.zarr --overwrite --cluster cuda --backend cupy --gpu-memory-budget 8GiB""",
     "verify": f"""\
 exit status: 0 when DST is SRC sorted, 1 when not (what failed and where is
 printed), 2 for bad arguments.
@@ -115,10 +115,6 @@ def build_parser() -> argparse.ArgumentParser:
              "threaded scheduler in this process (threads), or a running scheduler's address "
              "(tcp://host:8786); auto picks cuda where a GPU and dask-cuda are installed, else local",
     )
-    on_dask.add_argument(
-        "--gpu-memory-budget", type=_size, metavar="SIZE",
-        help="device memory per GPU worker before it spills (e.g. 8GiB); with --cluster cuda",
-    )
     on_dask.add_argument("--quiet", action="store_true", help="no progress bars and no summary")
 
     def command(name: str, help: str, computes: bool = False) -> argparse.ArgumentParser:
@@ -132,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     sort.add_argument("--chunks", type=_count, metavar="N",
                       help="output chunk length in elements (default: as many chunks as SRC)")
     sort.add_argument("--descending", action="store_true", help="largest first (NaN still last)")
+    sort.add_argument(
+        "--gpu-memory-budget", type=_size, metavar="SIZE",
+        help="the most GPU memory each worker's sort steps may hold (e.g. 8GiB); with --backend cupy",
+    )
     sort.add_argument("--backend", choices=("numpy", "cupy"),
                       help="where runs are sorted and merged (default: cupy where a GPU is seen, else numpy)")
     sort.add_argument("--argsort-dst", metavar="PATH",
@@ -185,9 +185,10 @@ def _run_sort(args: argparse.Namespace) -> int:
 
     backend = args.backend or default_backend()
     kwargs = {"chunks": args.chunks, "descending": args.descending, "backend": backend,
-              "argsort_dst": args.argsort_dst, "overwrite": args.overwrite}
+              "argsort_dst": args.argsort_dst, "overwrite": args.overwrite,
+              "gpu_memory_budget": args.gpu_memory_budget}
     x, *_ = _checked(_prepare, args.src, args.dst, **kwargs)  # fail before a cluster starts
-    with scheduler(args.cluster, args.gpu_memory_budget, args.quiet):
+    with scheduler(args.cluster, args.quiet):
         start = time.perf_counter()
         sort_zarr(args.src, args.dst, progress=not args.quiet, **kwargs)
         seconds = time.perf_counter() - start
@@ -205,7 +206,7 @@ def _run_verify(args: argparse.Namespace) -> int:
 
     _checked(as_dask_array, args.src, "src")  # fail before a cluster starts
     _checked(as_dask_array, args.dst, "dst")
-    with scheduler(args.cluster, args.gpu_memory_budget, args.quiet):
+    with scheduler(args.cluster, args.quiet):
         report = verify(args.src, args.dst, descending=args.descending, progress=not args.quiet)
     print(report)
     return 0 if report.ok else 1
@@ -220,8 +221,7 @@ def _checked(check: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 @contextlib.contextmanager
-def scheduler(cluster: str = "auto", gpu_memory_budget: int | None = None,
-              quiet: bool = False) -> Iterator[Any]:
+def scheduler(cluster: str = "auto", quiet: bool = False) -> Iterator[Any]:
     """Make the cluster that ``--cluster`` names Dask's current scheduler; yields its client.
 
     ``cluster`` is ``"auto"``, ``"local"``, ``"cuda"``, ``"threads"`` (no
@@ -238,11 +238,6 @@ def scheduler(cluster: str = "auto", gpu_memory_budget: int | None = None,
     kind = cluster
     if kind == "auto":
         kind = "cuda" if gpu_names()[0] and importlib.util.find_spec("dask_cuda") else "local"
-    if gpu_memory_budget is not None and kind != "cuda":
-        raise UserError(
-            f"--gpu-memory-budget applies to GPU workers, but the cluster is {kind!r}; "
-            "add --cluster cuda (needs dask-cuda and a GPU)"
-        )
     if kind == "threads":
         yield None
         return
@@ -258,7 +253,7 @@ def scheduler(cluster: str = "auto", gpu_memory_budget: int | None = None,
                 "--cluster cuda needs dask-cuda: pip install 'gpusort[cuda12]' (or [cuda13]); "
                 "or use --cluster local"
             ) from exc
-        started = LocalCUDACluster(device_memory_limit=gpu_memory_budget)
+        started = LocalCUDACluster()
     else:
         started = None  # an address: join that scheduler
     with contextlib.ExitStack() as stack:

@@ -24,6 +24,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
@@ -62,7 +63,7 @@ class Runs:
         """Runs whose blocks are already sorted order keys (and their values)."""
         name = "runs-" + tokenize(okeys, values)
         vkeys = [None] * okeys.numblocks[0] if values is None else values.__dask_keys__()
-        dsk = {(name, k): (tuple, [list(kv)]) for k, kv in enumerate(zip(okeys.__dask_keys__(), vkeys))}
+        dsk = {(name, k): (tuple, list(kv)) for k, kv in enumerate(zip(okeys.__dask_keys__(), vkeys))}
         deps = [okeys] if values is None else [okeys, values]
         return cls(
             HighLevelGraph.from_collections(name, dsk, dependencies=deps),
@@ -86,7 +87,18 @@ def _field(graph, name, field, label, chunks, meta, dtype) -> da.Array:
     return da.Array(_extend(graph, out, dsk, name), out, chunks, meta=meta_from_array(meta, ndim=1, dtype=dtype))
 
 
-def _sort_chunk(backend: str, descending: bool, keys, values, offset) -> Pair:
+def _sort_chunk(backend: str, descending: bool, keys, values, offset, declared) -> Pair:
+    k, length, dtype, value_dtype = declared
+    # The splitters trust the declared chunk lengths, so a chunk that loads
+    # short, long or as another dtype would silently lose or garble elements
+    # downstream: stop at the chunk, by name.  Byte order alone may differ.
+    for what, got, want in (("keys", keys, dtype), ("values", values, value_dtype)):
+        if got is not None and (len(got) != length or not np.can_cast(got.dtype, want, "equiv")):
+            raise ValueError(
+                f"input chunk {k} loaded {len(got)} {what} of dtype {got.dtype}, but its dask array "
+                f"declares {length} of dtype {want}: fix the source of chunk {k}, or declare the "
+                "array's real chunks and dtype"
+            )
     if offset is not None:  # argsort: the values are global positions
         values = namespace(keys).arange(offset, offset + len(keys), dtype=np.int64)
     return get_backend(backend).sort_run(order.encode(keys, descending), values)
@@ -109,12 +121,16 @@ def form_runs(
     lengths = tuple(int(c) for c in keys.chunks[0])
     offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).tolist()
     vkeys = values.__dask_keys__() if values is not None else [None] * len(lengths)
+    vdtype = None if values is None else values.dtype
     dsk = {
-        (name, k): (_sort_chunk, backend, descending, kk, vk, offsets[k] if positions else None)
-        for k, (kk, vk) in enumerate(zip(keys.__dask_keys__(), vkeys))
+        (name, k): (
+            _sort_chunk, backend, descending, kk, vk, offsets[k] if positions else None,
+            (k, lengths[k], keys.dtype, vdtype),
+        )
+        for k, (kk, vk) in enumerate(zip(keys.__dask_keys__(), vkeys, strict=True))
     }
     deps = [keys] if values is None else [keys, values]
-    value_dtype = np.dtype(np.int64) if positions else None if values is None else values.dtype
+    value_dtype = np.dtype(np.int64) if positions else vdtype
     return Runs(
         HighLevelGraph.from_collections(name, dsk, dependencies=deps),
         name,
@@ -156,6 +172,38 @@ def _merge(backend: str, dtype: np.dtype, descending: bool, *pieces: Pair) -> Pa
     return order.decode(okeys, dtype, descending), values
 
 
+def _merge_local(backend, dtype, descending, splits, j, *runs: Pair) -> Pair:
+    """:func:`_merge` of output chunk ``j``, cutting its slices from whole runs."""
+    return _merge(backend, dtype, descending, *(_slice(run, splits, j, k) for k, run in enumerate(runs)))
+
+
+def slice_locally() -> bool:
+    """Whether merges may cut their slices themselves rather than in slice tasks.
+
+    Slice tasks exist so that only slices travel between workers, at the
+    price of one task per (output chunk, run).  Where every run already sits
+    in the merging process — the threaded and synchronous schedulers, or a
+    distributed cluster of one worker — they are pure scheduling overhead
+    (about 6 s for 64 x 64 chunks on a 2-worker cluster), so the merges take
+    whole runs and slice them as views.  Dask picks its shuffle the same way
+    (P2P only with a distributed client).  ``dask.config`` key
+    ``gpusort.slicing``: ``"auto"`` (default), ``"tasks"`` or ``"local"``.
+    """
+    mode = dask.config.get("gpusort.slicing", "auto")
+    if mode not in ("auto", "tasks", "local"):
+        raise ValueError(f"dask config gpusort.slicing={mode!r}; use 'auto', 'tasks' or 'local'")
+    if mode != "auto":
+        return mode == "local"
+    try:
+        from distributed import default_client
+
+        client = default_client()
+    except (ImportError, ValueError):  # no distributed client: a local scheduler
+        return dask.config.get("scheduler", "threads") in ("threads", "threading", "sync", "synchronous", "single-threaded")
+    info = client.scheduler_info(n_workers=2)
+    return info.get("n_workers", len(info["workers"])) <= 1
+
+
 def merge_sorted_runs(
     runs: Runs,
     *,
@@ -175,7 +223,8 @@ def merge_sorted_runs(
     ranks = corank.output_ranks(n, chunk)
     inner = ranks[1:-1]
     g = sample_stride or corank.sample_stride(n, nruns, len(inner))
-    token = tokenize(runs.name, key_dtype, descending, chunk, backend, g)
+    local = slice_locally()
+    token = tokenize(runs.name, key_dtype, descending, chunk, backend, g, local)
     run_keys = [(runs.name, k) for k in range(nruns)]
     dsk: dict = {}
     splits = ("splits-" + token,)
@@ -188,12 +237,15 @@ def merge_sorted_runs(
         dsk[splits] = (_splits, list(runs.lengths), inner, plan, *windows)
     else:
         dsk[splits] = (_splits, list(runs.lengths), inner)
-    nout = len(ranks) - 1
-    for j in range(nout):
+    dtype = np.dtype(key_dtype)
+    for j in range(len(ranks) - 1):
+        if local:
+            dsk[("merge-" + token, j)] = (_merge_local, backend, dtype, descending, splits, j, *run_keys)
+            continue
         for k, rk in enumerate(run_keys):
             dsk[("slice-" + token, j, k)] = (_slice, rk, splits, j, k)
         pieces = [("slice-" + token, j, k) for k in range(nruns)]
-        dsk[("merge-" + token, j)] = (_merge, backend, np.dtype(key_dtype), descending, *pieces)
+        dsk[("merge-" + token, j)] = (_merge, backend, dtype, descending, *pieces)
     name = "merge-" + token
     graph = _extend(runs.graph, name, dsk, runs.name)
     chunks = (tuple(int(c) for c in np.diff(ranks)),)

@@ -32,11 +32,13 @@ import dask.threaded
 import distributed
 import numpy as np
 import zarr
+from dask.base import tokenize
 from dask.system import CPU_COUNT
 
 from gpusort import order
 from gpusort.api import output_chunk, resolve_backend
-from gpusort.backends import is_cupy, to_numpy
+from gpusort.backends import BackendSpec, backend_spec, is_cupy, to_numpy
+from gpusort.budget import parse_budget
 from gpusort.graph import Runs, form_runs, merge_sorted_runs
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -52,6 +54,7 @@ def sort_zarr(
     argsort_dst: PathLike | None = None,
     overwrite: bool = False,
     progress: bool = False,
+    gpu_memory_budget: int | str | None = None,
 ) -> None:
     """Sort a 1-D array into a new Zarr array on disk (an external sort).
 
@@ -85,6 +88,9 @@ def sort_zarr(
     progress : bool
         Show progress bars: ``distributed.progress`` on a distributed client,
         ``dask.diagnostics.ProgressBar`` on the local schedulers.
+    gpu_memory_budget : int or str, optional
+        With ``backend="cupy"``: the most GPU memory one worker's sort steps
+        may hold (bytes, or a size such as ``"2GiB"``); see :func:`gpusort.sort`.
 
     Raises
     ------
@@ -111,7 +117,8 @@ def sort_zarr(
     array([5, 2, 4, 1, 3, 0])
     """
     x, dests, backend, chunk = _prepare(src, dst, chunks=chunks, descending=descending, backend=backend,
-                                        argsort_dst=argsort_dst, overwrite=overwrite)
+                                        argsort_dst=argsort_dst, overwrite=overwrite,
+                                        gpu_memory_budget=gpu_memory_budget)
     run_length = max(x.chunks[0])
     if any(c != run_length for c in x.chunks[0][:-1]):
         # The runs go to a Zarr array, whose chunks are regular: one run per Zarr chunk.
@@ -137,7 +144,8 @@ def sort_zarr(
 
 
 def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str | None,
-             argsort_dst: Any, overwrite: bool) -> tuple[da.Array, dict[str, Path], str, int]:
+             argsort_dst: Any, overwrite: bool, gpu_memory_budget: int | str | None = None,
+             ) -> tuple[da.Array, dict[str, Path], str | BackendSpec, int]:
     """Check :func:`sort_zarr`'s arguments before any work: (keys, destinations, backend, chunk)."""
     x = as_dask_array(src, "src")
     order.check_key_dtype(x.dtype, "src")
@@ -149,7 +157,7 @@ def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str |
         dests["argsort_dst"] = _destination(argsort_dst, "argsort_dst", overwrite, source)
         if dests["argsort_dst"] == dests["dst"]:
             raise ValueError(f"argsort_dst and dst are the same path ({dst}); give the positions their own path")
-    backend = resolve_backend(backend, x._meta)
+    backend = backend_spec(resolve_backend(backend, x._meta), parse_budget(gpu_memory_budget))
     return x, dests, backend, output_chunk(chunks, x.shape[0], x.numblocks[0])
 
 
@@ -172,7 +180,8 @@ def as_dask_array(a: Any, argname: str) -> da.Array:
     if isinstance(a, (str, os.PathLike)):
         a = _open_zarr(a, argname)
     if isinstance(a, zarr.Array):
-        a = da.from_zarr(a)
+        a = da.from_array(_NamedReads(a, argname), chunks=a.chunks, name="from-zarr-" + tokenize(a),
+                          meta=np.empty(0, a.dtype))
     if not isinstance(a, da.Array):
         raise TypeError(
             f"{argname} must be the path of a Zarr array, a zarr.Array or a dask array; "
@@ -186,6 +195,30 @@ def as_dask_array(a: Any, argname: str) -> da.Array:
     if any(np.isnan(c) for c in a.chunks[0]):
         raise ValueError(f"{argname} has unknown chunk sizes; call {argname}.compute_chunk_sizes() first")
     return a
+
+
+class _NamedReads:
+    """A 1-D Zarr array whose read errors name the chunk and the array.
+
+    Zarr's own errors (a chunk that does not decompress, a missing file on a
+    remote store) say what failed but not where; a sort of thousands of
+    chunks needs the where.
+    """
+
+    def __init__(self, z: zarr.Array, argname: str):
+        self.z, self.argname = z, argname
+        self.shape, self.dtype, self.ndim = z.shape, z.dtype, z.ndim
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        try:
+            return self.z[index]
+        except Exception as exc:
+            (piece,) = index if isinstance(index, tuple) else (index,)
+            start, stop, _ = piece.indices(self.shape[0])
+            raise RuntimeError(
+                f"{self.argname}: chunk {start // self.z.chunks[0]} ([{start}:{stop}]) of "
+                f"{self.z.store_path} could not be read: {exc}"
+            ) from exc
 
 
 def compute(*collections: Any, progress: bool = False) -> tuple:

@@ -16,6 +16,7 @@ KEY_DTYPES = [
 
 
 def _sort_keys(x: np.ndarray) -> tuple[list, np.ndarray]:
+    x = x.astype(x.dtype.newbyteorder("="))  # .view below reads native bytes
     if x.dtype.kind in "mM":
         ints = x.view(np.int64)
         return ints.tolist(), ints == np.iinfo(np.int64).min

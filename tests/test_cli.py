@@ -98,7 +98,7 @@ def test_sort_on_a_local_cluster_prints_the_dashboard(keys, capsys):
     (["sort", "complex.zarr", "out.zarr"], "src has dtype complex128 (complex), which gpusort cannot sort"),
     (["sort", "keys.zarr", "exists.zarr"], "exists; pass overwrite=True (gpusort sort --overwrite)"),
     (["sort", "keys.zarr", "out.zarr", "--cluster", "threads", "--gpu-memory-budget", "1GiB"],
-     "--gpu-memory-budget applies to GPU workers"),
+     "gpu_memory_budget applies to backend='cupy' only"),
     (["verify", "keys.zarr", "missing.zarr"], "dst: missing.zarr does not exist"),
     (["bench", "nonesuch"], "no benchmark 'nonesuch'; choose one of: "),
 ])

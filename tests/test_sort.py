@@ -168,3 +168,19 @@ def test_empty_and_single_element(scheduler):
         assert gpusort.argsort(empty).compute().dtype == np.int64
         one = da.from_array(np.array([np.nan]), chunks=1)
         np.testing.assert_array_equal(gpusort.sort(one, descending=True).compute(), [np.nan])
+
+
+@pytest.mark.parametrize("mode, slice_tasks", [("local", 0), ("tasks", 6 * 5)])
+def test_slicing_modes_build_their_graph_and_agree(mode, slice_tasks):
+    x = make_keys(np.random.default_rng(9), "int64", 600, "few")
+    keys = da.from_array(x, chunks=100)  # 6 runs, 5 output chunks of 120
+    with dask.config.set({"gpusort.slicing": mode}):
+        positions = gpusort.argsort(keys, chunks=120)
+    names = [k[0] for k in dict(positions.__dask_graph__()) if isinstance(k, tuple)]
+    assert sum(n.startswith("slice-") for n in names) == slice_tasks
+    np.testing.assert_array_equal(positions.compute(), np.argsort(x, kind="stable"))
+
+
+def test_slicing_mode_is_checked():
+    with dask.config.set({"gpusort.slicing": "sometimes"}), pytest.raises(ValueError, match="gpusort.slicing"):
+        gpusort.sort(da.arange(10, chunks=5))

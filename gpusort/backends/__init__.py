@@ -12,6 +12,7 @@ CuPy only when it runs a CuPy task and ``import gpusort`` works without CuPy.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, Literal, Protocol, Sequence
 
@@ -43,11 +44,41 @@ class Backend(Protocol):
         """Insertion points of ``needles`` in ascending ``sorted_keys`` (NaN last)."""
 
 
-def get_backend(name: str) -> Backend:
-    """The backend called ``name`` ("numpy" or "cupy")."""
-    if name not in BACKENDS:
-        raise ValueError(f"backend={name!r} is not known; use one of {BACKENDS}")
-    return import_module(f"gpusort.backends.{name}").BACKEND
+@dataclass(frozen=True)
+class BackendSpec:
+    """A backend name and its settings, as the Dask graph carries them to the workers.
+
+    Small, frozen and picklable; :func:`get_backend` takes it wherever it
+    takes a plain name.  ``gpu_memory_budget`` (bytes per worker, ``"cupy"``
+    only) bounds the GPU memory of sorting host-resident chunks.
+    """
+
+    name: str
+    gpu_memory_budget: int | None = None
+
+    def __post_init__(self):
+        if self.name not in BACKENDS:
+            raise ValueError(f"backend={self.name!r} is not known; use one of {BACKENDS}")
+        if self.gpu_memory_budget is not None and self.name != "cupy":
+            raise ValueError(
+                f"gpu_memory_budget applies to backend='cupy' only, not {self.name!r}: "
+                "pass backend='cupy' to sort these chunks on the GPU, or drop gpu_memory_budget"
+            )
+
+
+def get_backend(spec: str | BackendSpec) -> Backend:
+    """The backend ``spec`` names: "numpy", "cupy", or a :class:`BackendSpec`."""
+    if isinstance(spec, BackendSpec):
+        backend = get_backend(spec.name)
+        return backend if spec.gpu_memory_budget is None else backend.with_budget(spec.gpu_memory_budget)
+    if spec not in BACKENDS:
+        raise ValueError(f"backend={spec!r} is not known; use one of {BACKENDS}")
+    return import_module(f"gpusort.backends.{spec}").BACKEND
+
+
+def backend_spec(name: str, gpu_memory_budget: int | None = None) -> str | BackendSpec:
+    """What the graph carries: the plain name, or a :class:`BackendSpec` when there are settings."""
+    return name if gpu_memory_budget is None else BackendSpec(name, gpu_memory_budget)
 
 
 def backend_for(meta: Any) -> str:

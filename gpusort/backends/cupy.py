@@ -1,45 +1,131 @@
 """The CuPy backend: runs sorted and merged on the GPU by gpusort's own kernels.
 
 It sees only order keys (:mod:`gpusort.order`), so it always sorts
-ascending.  NumPy chunks are staged to the GPU, sorted or merged there, and
-come back as NumPy: the out-of-core path, where runs live in host memory and
-the GPU holds one task's data at a time.
+ascending.  Two paths:
+
+* **CuPy chunks** stay on the GPU: runs are sorted and merged where they
+  live (dask-cuda's ``device_memory_limit`` spills them to host if needed).
+* **NumPy chunks** are the out-of-core path: host memory holds the runs and
+  the GPU only ever holds a few steps' data, within a *GPU memory budget*
+  per worker (:mod:`gpusort.budget` sizes the steps: sub-runs for a chunk
+  whose sort does not fit, ranges of output ranks for a merge that does
+  not).  Every step allocates from one CuPy pool per device whose limit is
+  the budget, and records its high-water mark (:func:`memory_stats`).  Data
+  crosses the host link through pinned memory (:mod:`gpusort.staging`):
+  runs and merged chunks come back in pinned NumPy arrays.
+
+Without a budget the out-of-core path takes :data:`DEFAULT_FRACTION` of the
+device's free memory when it first runs in a process.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
+import threading
 from typing import Any, Literal, Sequence
 
 import cupy
 import numpy as np
 
 import gpusort.gpu as gpu  # not `from gpusort import gpu`: gpusort's lazy __getattr__ recurses
+from gpusort import budget as plan
+from gpusort import staging
 from gpusort.backends import Pair
+
+#: Share of the free GPU memory the out-of-core path uses when no budget is given.
+DEFAULT_FRACTION = 0.5
+#: Share of the budget the steps are planned to fill; the rest absorbs the pool's
+#: rounding and fragmentation (the pool's limit is the whole budget).
+PLAN_FRACTION = 0.9
+
+_memories: dict[int, staging.GpuMemory] = {}
+_defaults: dict[int, int] = {}
+_memories_lock = threading.Lock()
+
+
+def gpu_memory(budget: int | None = None) -> staging.GpuMemory:
+    """The current device's budgeted memory, its limit set to ``budget`` (or the default)."""
+    device = cupy.cuda.Device().id
+    with _memories_lock:
+        if budget is None:
+            if device not in _defaults:
+                free, _ = cupy.cuda.runtime.memGetInfo()
+                _defaults[device] = max(2 * plan.FIXED_BYTES, int(free * DEFAULT_FRACTION))
+            budget = _defaults[device]
+        memory = _memories.get(device)
+        if memory is None:
+            memory = _memories[device] = staging.GpuMemory(budget)
+        elif memory.budget != budget:
+            memory.set_budget(budget)
+        return memory
+
+
+def memory_stats(reset: bool = False) -> dict[str, Any]:
+    """Measured GPU memory of the out-of-core path in this process (run it on each worker).
+
+    ``peak_bytes`` is the high-water mark of the budgeted pool (what it held
+    from the GPU), ``peak_used_bytes`` that of its live arrays, both since the
+    last ``reset`` and the largest over this process's GPUs; ``budget_bytes``
+    the limit (per GPU); ``devices`` the same per device.  Empty if the path
+    never ran here.
+    """
+    devices = {}
+    for device, memory in sorted(_memories.items()):
+        devices[device] = memory.stats()
+        if reset:
+            memory.reset_peak()
+    if not devices:
+        return {}
+    keys = ("budget_bytes", "peak_bytes", "peak_used_bytes")
+    return {k: max(d[k] for d in devices.values()) for k in keys} | {"devices": devices}
+
+
+_threads = threading.local()
+_next_device = itertools.count()
+
+
+def thread_device() -> int:
+    """The GPU this thread's out-of-core steps run on: the process's GPUs, round robin over threads.
+
+    A dask-cuda worker sees one GPU, so every step runs there.  A process that
+    sees several (a threaded scheduler, or one worker with many threads)
+    spreads its host-chunk tasks over all of them, with no data moving
+    between processes: the chunks stay in this process's host memory.
+    """
+    device = getattr(_threads, "device", None)
+    if device is None:
+        device = _threads.device = next(_next_device) % cupy.cuda.runtime.getDeviceCount()
+    return device
 
 
 def _to_device(x: Any) -> Any:
-    """``x`` on the GPU (``None`` stays ``None``).
-
-    The one place host data is staged; a later change swaps in pinned
-    buffers and a GPU memory budget here.
-    """
+    """``x`` on the GPU (``None`` stays ``None``); the CuPy-chunk path's staging."""
     return x if x is None or isinstance(x, cupy.ndarray) else cupy.asarray(x)
 
 
-def _to_host(x: Any) -> Any:
-    return None if x is None else cupy.asnumpy(x)
-
-
 class CupyBackend:
-    """:class:`gpusort.backends.Backend` on one GPU, through :mod:`gpusort.gpu`."""
+    """:class:`gpusort.backends.Backend` on one GPU, through :mod:`gpusort.gpu`.
+
+    ``gpu_memory_budget`` (bytes, per worker process and device) bounds the
+    out-of-core path; ``None``: :data:`DEFAULT_FRACTION` of the free memory.
+    """
 
     name = "cupy"
 
+    def __init__(self, gpu_memory_budget: int | None = None):
+        self.gpu_memory_budget = gpu_memory_budget
+
+    def with_budget(self, gpu_memory_budget: int | None) -> "CupyBackend":
+        """This backend with another GPU memory budget."""
+        return _backend(gpu_memory_budget)
+
     def sort_run(self, keys: Any, values: Any = None) -> Pair:
-        on_host = isinstance(keys, np.ndarray)
+        if isinstance(keys, np.ndarray):
+            with cupy.cuda.Device(thread_device()):
+                return _host_sort(keys, values, gpu_memory(self.gpu_memory_budget))
         k, v = _to_device(keys), _to_device(values)
-        out = (gpu.sort(k), None) if v is None else gpu.sort_pairs(k, v)
-        return tuple(map(_to_host, out)) if on_host else out
+        return (gpu.sort(k), None) if v is None else gpu.sort_pairs(k, v)
 
     def merge_runs(self, runs: Sequence[Pair]) -> Pair:
         if not runs:
@@ -48,12 +134,15 @@ class CupyBackend:
         keys_only = runs[0][1] is None
         if any((values is None) != keys_only for _, values in runs):
             raise TypeError("runs mix keys-only runs and (keys, values) runs: pass one kind")
+        if on_host:
+            with cupy.cuda.Device(thread_device()):
+                return _host_merge(runs, gpu_memory(self.gpu_memory_budget))
         staged = [(_to_device(k), _to_device(v)) for k, v in runs]
         if keys_only:
             out = (gpu.merge_runs([k for k, _ in staged]), None)
         else:
             out = gpu.merge_runs(staged)
-        return tuple(map(_to_host, out)) if on_host else out
+        return out
 
     def searchsorted(
         self, sorted_keys: Any, needles: Any, side: Literal["left", "right"] = "left"
@@ -66,3 +155,115 @@ class CupyBackend:
 
 
 BACKEND = CupyBackend()
+
+
+@functools.cache
+def _backend(gpu_memory_budget: int | None) -> CupyBackend:
+    return BACKEND if gpu_memory_budget is None else CupyBackend(gpu_memory_budget)
+
+
+# --- the out-of-core path: host chunks, GPU steps within the budget ------------------------
+
+_MOVABLE = (1, 2, 4, 8)  # value widths the kernels move; wider ones go by position
+
+
+def _host_sort(keys: np.ndarray, values: np.ndarray | None, memory: staging.GpuMemory) -> Pair:
+    keys = np.ascontiguousarray(keys)
+    if len(keys) == 0:
+        return keys.copy(), None if values is None else values.copy()
+    if values is None:
+        return plan.sort_within(keys, None, _plan_bytes(memory), _Steps(memory))
+    values = np.ascontiguousarray(values)
+    if values.dtype.itemsize not in _MOVABLE:  # sort positions, gather on the host
+        k, positions = plan.sort_within(keys, np.arange(len(keys), dtype=np.int64), _plan_bytes(memory),
+                                        _Steps(memory))
+        return k, values[positions]
+    k, v = plan.sort_within(keys, _bits(values), _plan_bytes(memory), _Steps(memory))
+    return k, v.view(values.dtype)
+
+
+def _host_merge(runs: Sequence[Pair], memory: staging.GpuMemory) -> Pair:
+    keys = [np.ascontiguousarray(k) for k, _ in runs]
+    if runs[0][1] is None:
+        if sum(map(len, keys)) == 0:
+            return np.concatenate(keys, dtype=keys[0].dtype), None
+        return plan.merge_within([(k, None) for k in keys], _plan_bytes(memory), _Steps(memory))
+    values = [np.ascontiguousarray(v) for _, v in runs]
+    dtype = values[0].dtype
+    if sum(map(len, keys)) == 0:
+        return np.concatenate(keys, dtype=keys[0].dtype), np.concatenate(values, dtype=dtype)
+    if dtype.itemsize not in _MOVABLE:  # merge global positions, gather on the host
+        starts = np.cumsum([0] + [len(k) for k in keys]).tolist()
+        pieces = [(k, np.arange(a, a + len(k), dtype=np.int64)) for k, a in zip(keys, starts)]
+        k, positions = plan.merge_within(pieces, _plan_bytes(memory), _Steps(memory))
+        return k, np.concatenate(values, dtype=dtype)[positions]
+    k, v = plan.merge_within([(k, _bits(v)) for k, v in zip(keys, values)], _plan_bytes(memory), _Steps(memory))
+    return k, v.view(dtype)
+
+
+def _plan_bytes(memory: staging.GpuMemory) -> int:
+    return int(memory.budget * PLAN_FRACTION)
+
+
+def _bits(values: np.ndarray) -> np.ndarray:
+    """Values as unsigned integers of their width: the kernels only move them."""
+    return values.view(np.dtype(f"u{values.dtype.itemsize}"))
+
+
+class _Steps:
+    """:class:`gpusort.budget.Device` on this GPU: each step within ``memory``'s budget."""
+
+    def __init__(self, memory: staging.GpuMemory):
+        self.memory = memory
+
+    def empty(self, n: int, dtype: Any) -> np.ndarray:
+        return staging.empty_pinned(n, dtype)
+
+    def sort(self, keys: np.ndarray, values: np.ndarray | None, out: Pair) -> None:
+        vb = 0 if values is None else values.dtype.itemsize
+        self.memory.run(plan.sort_bytes(len(keys), keys.dtype.itemsize, vb), _sort_step, keys, values, out)
+
+    def merge(self, pieces: Sequence[Pair], out: Pair) -> None:
+        keys, values = pieces[0]
+        vb = 0 if values is None else values.dtype.itemsize
+        n = sum(len(k) for k, _ in pieces)
+        self.memory.run(plan.merge_bytes(n, keys.dtype.itemsize, vb), _merge_step, pieces, out)
+
+
+def _sort_step(keys: np.ndarray, values: np.ndarray | None, out: Pair) -> None:
+    k = _staged([keys])
+    if values is None:
+        sorted_keys = gpu.sort(k)
+        del k
+        staging.to_host(sorted_keys, out[0])
+        return
+    sorted_keys, sorted_values = gpu.sort_pairs(k, _staged([values]))
+    staging.to_host(sorted_keys, out[0])
+    staging.to_host(sorted_values, out[1])
+
+
+def _merge_step(pieces: Sequence[Pair], out: Pair) -> None:
+    lengths = [len(k) for k, _ in pieces]
+    starts = np.cumsum([0] + lengths).tolist()
+    keys = _staged([k for k, _ in pieces])
+    key_runs = [keys[a:b] for a, b in zip(starts[:-1], starts[1:])]
+    if pieces[0][1] is None:
+        staging.to_host(gpu.merge_runs(key_runs), out[0])
+        return
+    values = _staged([v for _, v in pieces])
+    merged_keys, merged_values = gpu.merge_runs(
+        [(k, values[a:b]) for k, a, b in zip(key_runs, starts[:-1], starts[1:])]
+    )
+    staging.to_host(merged_keys, out[0])
+    staging.to_host(merged_values, out[1])
+
+
+def _staged(parts: Sequence[np.ndarray]) -> cupy.ndarray:
+    """The host ``parts`` concatenated in one new GPU array (one copy each, through pinned memory)."""
+    out = cupy.empty(sum(len(p) for p in parts), parts[0].dtype)
+    at = 0
+    for p in parts:
+        if len(p):
+            staging.to_device(p, out[at:at + len(p)])
+        at += len(p)
+    return out

@@ -15,8 +15,10 @@ class NumpyBackend:
     def sort_run(self, keys: np.ndarray, values: np.ndarray | None = None) -> Pair:
         if values is None:
             # Keys alone have no order among equals to keep, so the fastest
-            # (SIMD) sort serves; NaN lands last either way.
-            return np.sort(keys), None
+            # sort serves; NaN lands last either way.  That is the SIMD
+            # quicksort, but for 1-byte keys (and bool) the radix sort behind
+            # kind="stable": 28 ms against 760 ms for 2^24 random uint8 keys.
+            return np.sort(keys, kind="stable" if keys.dtype.itemsize == 1 else None), None
         order = np.argsort(keys, kind="stable")
         return keys[order], values[order]
 
@@ -32,11 +34,13 @@ class NumpyBackend:
         (searchsorted + scatter per level) — see benchmarks/NOTES.md.
         """
         runs = [r for r in runs if len(r[0])] or list(runs[:1])
-        keys = np.concatenate([k for k, _ in runs])
+        # concatenate would canonicalize dtypes (native byte order, structured
+        # padding dropped): keep the dtypes the graph declares.
+        keys = np.concatenate([k for k, _ in runs], dtype=runs[0][0].dtype)
         if runs[0][1] is None:
             return np.sort(keys, kind="stable"), None
         order = np.argsort(keys, kind="stable")
-        return keys[order], np.concatenate([v for _, v in runs])[order]
+        return keys[order], np.concatenate([v for _, v in runs], dtype=runs[0][1].dtype)[order]
 
     def searchsorted(
         self, sorted_keys: np.ndarray, needles: Any, side: Literal["left", "right"] = "left"

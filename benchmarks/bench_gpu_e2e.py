@@ -1,0 +1,539 @@
+"""GPU end to end: gpusort with backend="cupy" on dask-cuda's LocalCUDACluster, and its floors.
+
+Groups (``--cases``), each a table and a JSON file, all in one run:
+
+``link``       host<->device copies of 1 GiB on this process's GPU: pinned and
+               pageable, each way, and gpusort's staged copy of pageable memory
+               (``gpusort.staging.to_device``).  The host-link floor of the
+               out-of-core sort -- every key up and down twice, the two directions
+               overlapping -- is min(pinned H2D, pinned D2H) / (2 x key bytes).
+``cupy``       CuPy chunks already in GPU memory (``--n-cupy`` int64 keys in
+               ``--chunks-cupy`` chunks, one GPU), against ``cupy.sort`` of the whole
+               array in this process.
+``host``       NumPy chunks in host memory (``--n-host`` int64 keys), sorted on the
+               GPU within ``--budget`` per worker, on 1 GPU and on each of
+               ``--gpu-counts``; peak GPU memory *measured* on every worker.
+``dataframe``  NumPy chunks (``--n-df`` int64 keys): gpusort on the GPU against
+               ``dask.dataframe.sort_values`` on a LocalCluster of every core.
+
+Inputs are fresh (new Dask keys) every repetition and persisted before the
+clock starts; results are persisted, then checked: exactly against
+``cupy.sort`` on the worker for CuPy chunks, and for host chunks by count,
+an order-independent 64-bit hash of the keys, and order within and across
+chunks (computed on the GPU).  Reported per run: time by phase (task seconds
+per prefix ``runs``, ``samples``/``plan``/``windows``/``splits``,
+``slice``/``merge``), bytes moved between workers, peak GPU memory.  A goal
+table closes the run.
+
+    python benchmarks/bench_gpu_e2e.py --out results
+    python benchmarks/bench_gpu_e2e.py --cases host --n-host 2**31 --gpu-counts 1,2
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Any
+
+import dask
+import numpy as np
+from distributed import wait
+
+from harness import Case, add_ratios, dask_keys, format_table, parse_args, summarize, time_case, \
+    write_results, skip_reason
+
+PHASES = ("runs", "samples", "plan", "windows", "splits", "slice", "merge")
+GROUPS = ("link", "cupy", "host", "dataframe")
+DRY = False  # --dry-run-on-cpu: LocalCluster and backend="numpy", to test this file anywhere
+
+
+def count(text: str) -> int:
+    if "**" in text:
+        base, power = text.split("**")
+        return int(base) ** int(power)
+    return int(float(text))
+
+
+def options(p):
+    p.add_argument("--cases", default=",".join(GROUPS), help="groups to run, of %s (default: all)" % (GROUPS,))
+    p.add_argument("--n-cupy", type=count, default=2**28, help="keys, CuPy-chunk case (default: %(default)s)")
+    p.add_argument("--chunks-cupy", type=int, default=16, help="chunks, CuPy-chunk case (default: %(default)s)")
+    p.add_argument("--n-host", type=count, default=2**31, help="keys, host case (default: %(default)s)")
+    p.add_argument("--chunks-host", default="32", help="chunks, host case; a list runs each (default: %(default)s)")
+    p.add_argument("--budget", default="2GiB", help="GPU memory budget per worker, host cases (default: %(default)s)")
+    p.add_argument("--gpu-counts", default="1", help="GPU counts for the host case, e.g. 1,2 (default: %(default)s)")
+    p.add_argument("--modes", default="workers,process",
+                   help="for more than one GPU: 'workers' (LocalCUDACluster, a worker per GPU) and/or "
+                        "'process' (one worker process using every GPU) (default: %(default)s)")
+    p.add_argument("--host-repeat", type=int, default=2, help="timed runs of the host case (default: %(default)s)")
+    p.add_argument("--n-df", type=count, default=2**27, help="keys, dataframe case (default: %(default)s)")
+    p.add_argument("--chunks-df", type=int, default=16, help="chunks, dataframe case (default: %(default)s)")
+    p.add_argument("--df-repeat", type=int, default=1, help="timed runs of dask.dataframe (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=4, help="threads per GPU worker (default: %(default)s)")
+    p.add_argument("--protocol", default="tcp", help="tcp or ucx (default: %(default)s)")
+    p.add_argument("--rmm-pool-size", default=None, help="RMM pool per GPU worker (default: none)")
+    p.add_argument("--df-workers", type=int, default=None, help="LocalCluster workers for dask.dataframe (default: cores)")
+    p.add_argument("--dry-run-on-cpu", action="store_true",
+                   help="exercise the bench on a CPU LocalCluster with backend='numpy' (no GPU, no numbers)")
+    p.set_defaults(repeat=3)
+
+
+def main(argv=None) -> int:
+    args = parse_args(__doc__, argv, options)
+    groups = [g for g in args.cases.split(",") if g]
+    unknown = set(groups) - set(GROUPS)
+    if unknown:
+        raise SystemExit(f"--cases: unknown {sorted(unknown)}; choose from {GROUPS}")
+    global DRY
+    DRY = args.dry_run_on_cpu
+    results: dict[str, list[dict]] = {}
+    status = 0
+    for group in groups:
+        if group != "link" and not DRY and not _gpu_stack():
+            print(f"{group}: skipped: needs cupy, dask_cuda and a GPU\n")
+            continue
+        summary, failed = globals()[f"group_{group}"](args)
+        results[group] = summary
+        status |= failed
+    print_goals(args, results)
+    return status
+
+
+def _gpu_stack() -> bool:
+    import importlib.util
+
+    if any(importlib.util.find_spec(m) is None for m in ("cupy", "dask_cuda")):
+        return False
+    return skip_reason(Case("probe", None, None, None, 0, device="gpu")) is None
+
+
+# --- running a group of cases (the harness's run(), returning the summary) ---------------------------
+
+
+def run_group(name: str, args, cases: list[Case], baseline: str | None = None,
+              show=("phase_runs", "phase_splitters", "phase_merges", "peak_gpu_mib", "moved_mib")):
+    rows, summary = [], []
+    for case in cases:
+        head = {"case": case.name, "params": dict(case.params)}
+        reason = skip_reason(case)
+        if reason is not None:
+            summary.append(head | {"status": "skipped", "reason": reason})
+            continue
+        print(f"timing {case.name} {case.params} ...", flush=True)
+        try:
+            repeat = getattr(case, "repeat", None) or args.repeat
+            timed = time_case(case, repeat=repeat, warmup=getattr(case, "warmup", args.warmup))
+        except Exception as exc:  # reported, the others still run
+            import traceback
+
+            traceback.print_exc()
+            summary.append(head | {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"})
+            continue
+        rows += [{"case": case.name, **case.params, "items": case.items} | r for r in timed]
+        summary.append(summarize(case, timed))
+    if baseline:
+        add_ratios(summary, baseline)
+    path = write_results(args.out, f"gpu_e2e-{name}", vars(args), rows, summary)
+    print(format_table(summary, [s for s in show if any(s in e for e in summary)]))
+    print(f"results: {path}\n", flush=True)
+    return summary, int(any(s["status"] == "failed" for s in summary))
+
+
+@contextlib.contextmanager
+def cuda_client(args, gpus: int = 1):
+    from distributed import Client
+
+    if DRY:
+        from distributed import LocalCluster
+
+        with LocalCluster(n_workers=gpus, threads_per_worker=args.threads, dashboard_address=":0") as cluster, \
+                Client(cluster) as client:
+            client.get_task_stream(count=0)
+            yield client
+        return
+    from dask_cuda import LocalCUDACluster
+
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    kw: dict[str, Any] = dict(CUDA_VISIBLE_DEVICES=",".join(map(str, range(gpus))), threads_per_worker=args.threads,
+                              protocol=args.protocol, memory_limit=0, dashboard_address=":0")
+    if args.rmm_pool_size:
+        kw.update(rmm_pool_size=args.rmm_pool_size, rmm_allocator_external_lib_list=["cupy"])
+    cluster = LocalCUDACluster(**kw)
+    try:
+        with Client(cluster) as client:
+            client.wait_for_workers(gpus)
+            client.get_task_stream(count=0)  # start recording now
+            yield client
+            client.run(release_host_memory)
+    finally:
+        close_quietly(cluster)
+
+
+def release_host_memory() -> None:
+    """Give back the pinned host memory gpusort cached: the worker then exits in time."""
+    if DRY:
+        return
+    import cupy
+
+    cupy.get_default_pinned_memory_pool().free_all_blocks()
+
+
+def close_quietly(cluster) -> None:
+    """Close ``cluster``; a worker slow to exit (tens of GiB to unmap) is no failure of the benchmark."""
+    try:
+        cluster.close(timeout=60)
+    except Exception as exc:  # TimeoutError from a nanny that had to kill its worker
+        print(f"(cluster close: {type(exc).__name__}: {exc})")
+
+
+def measurements(client, start: float, moved_before: int, host_path: bool) -> dict:
+    """Phase seconds, bytes between workers and peak GPU memory of the run since ``start``."""
+    from harness import task_stats
+
+    stats = task_stats(client, start, PHASES)
+    sec = {p: s["seconds"] for p, s in stats.items()}
+    out = {"phases": sec,
+           "phase_runs": sec.get("runs", 0.0),
+           "phase_splitters": sum(sec.get(p, 0.0) for p in ("samples", "plan", "windows", "splits")),
+           "phase_merges": sum(sec.get(p, 0.0) for p in ("slice", "merge")),
+           "moved_mib": (bytes_received(client) - moved_before) / 2**20}
+    if DRY:
+        out["peak_gpu_mib"] = 0.0
+    elif host_path:
+        peaks = [s for s in client.run(_memory_stats).values() if s]
+        out["peak_gpu_mib"] = max(s["peak_bytes"] for s in peaks) / 2**20
+        out["budget_mib"] = max(s["budget_bytes"] for s in peaks) / 2**20
+    else:
+        out["peak_gpu_mib"] = max(client.run(_default_pool_bytes).values()) / 2**20
+    return out
+
+
+def bytes_received(client) -> int:
+    def received(dask_worker) -> int:
+        return int(sum(t.get("total", 0) for t in dask_worker.transfer_incoming_log))
+
+    return sum(client.run(received).values())
+
+
+def _memory_stats(reset: bool = False) -> dict:
+    if DRY:
+        return {}
+    from gpusort.backends.cupy import memory_stats
+
+    return memory_stats(reset)
+
+
+def _xp():
+    if DRY:
+        return np
+    import cupy
+
+    return cupy
+
+
+def _default_pool_bytes() -> int:
+    if DRY:
+        return 0
+    import cupy
+
+    return cupy.get_default_memory_pool().total_bytes()
+
+
+def _free_default_pool() -> None:
+    if DRY:
+        return
+    import cupy
+
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
+# --- checks, on the workers' GPUs ----------------------------------------------------------------
+
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def fingerprint(block) -> tuple[int, int, Any, Any, bool]:
+    """(count, 64-bit sum of a mixing hash, first, last, sorted) of one chunk, on the GPU."""
+    cupy = _xp()
+    d = cupy.asarray(block)
+    if d.size == 0:
+        return 0, 0, None, None, True
+    u = d.view(cupy.uint64).copy()  # splitmix64's finalizer: sums of it tell multisets apart
+    u ^= u >> np.uint64(30)
+    u *= _M1
+    u ^= u >> np.uint64(27)
+    u *= _M2
+    u ^= u >> np.uint64(31)
+    h = int(u.sum(dtype=cupy.uint64))
+    ok = bool((d[1:] >= d[:-1]).all())
+    return int(d.size), h, d[0].item(), d[-1].item(), ok
+
+
+def check_host(x, y) -> None:
+    """``y`` holds ``x``'s keys (count, hash) in ascending order within and across chunks."""
+    fx, fy = dask.compute([dask.delayed(fingerprint)(b) for b in x.to_delayed().ravel()],
+                          [dask.delayed(fingerprint)(b) for b in y.to_delayed().ravel()])
+    assert sum(f[0] for f in fx) == sum(f[0] for f in fy), "lengths differ"
+    assert sum(f[1] for f in fx) % 2**64 == sum(f[1] for f in fy) % 2**64, "not a permutation of the input"
+    assert all(f[4] for f in fy), "a chunk is not sorted"
+    ends = [(f[2], f[3]) for f in fy if f[0]]
+    assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:])), "chunks out of order"
+    assert [c for c in y.chunks[0][:-1]] == [y.chunks[0][0]] * (len(y.chunks[0]) - 1), "unbalanced chunks"
+
+
+def check_on_gpu(xblocks, yblocks) -> bool:
+    cupy = _xp()
+
+    return bool((cupy.sort(cupy.concatenate(xblocks)) == cupy.concatenate(yblocks)).all())
+
+
+# --- groups --------------------------------------------------------------------------------------
+
+
+def group_link(args):
+    nbytes = 2**30
+
+    def pinned(rep):
+        import cupy
+        import cupyx
+
+        h = cupyx.empty_pinned(nbytes // 8, np.int64)
+        h[:] = rep
+        return h, cupy.empty(nbytes // 8, np.int64)
+
+    def pageable(rep):
+        import cupy
+
+        return np.full(nbytes // 8, rep, np.int64), cupy.empty(nbytes // 8, np.int64)
+
+    def h2d(hd):
+        hd[1].set(hd[0])
+
+    def d2h(hd):
+        hd[1].get(out=hd[0])
+
+    def staged(hd):
+        from gpusort import staging
+
+        staging.to_device(hd[0], hd[1])
+        staging.stream().synchronize()
+
+    params = {"n": nbytes // 8, "dtype": "int64", "bytes": nbytes}
+    cases = [Case(name, setup, fn, None, nbytes // 8, params, device="gpu", bytes=nbytes)
+             for name, setup, fn in (("H2D pinned", pinned, h2d), ("D2H pinned", pinned, d2h),
+                                     ("H2D pageable", pageable, h2d), ("D2H pageable", pageable, d2h),
+                                     ("H2D staged (gpusort)", pageable, staged))]
+    return run_group("link", args, cases, show=("bytes_per_second",))
+
+
+def group_cupy(args):
+    n, chunk = args.n_cupy, -(-args.n_cupy // args.chunks_cupy)
+    params = {"n": n, "dtype": "int64", "chunks": args.chunks_cupy, "gpus": 1}
+    with cuda_client(args) as client:
+        def setup(rep):
+            cupy = _xp()
+            x = dask_keys(n, chunk, "int64", "uniform", seed=100 + rep).map_blocks(
+                cupy.asarray, meta=cupy.empty(0, np.int64)).persist()
+            wait(x)
+            client.run(_free_default_pool)
+            return x, bytes_received(client)
+
+        def sort(inputs):
+            import gpusort
+
+            x, _ = inputs
+            start = time.time()
+            y = gpusort.sort(x).persist()
+            wait(y)
+            return y, start
+
+        def check(inputs, out):
+            x, moved = inputs
+            y, start = out
+            measured = measurements(client, start, moved, host_path=False)
+            ok = client.compute(dask.delayed(check_on_gpu)(list(x.to_delayed().ravel()),
+                                                           list(y.to_delayed().ravel()))).result()
+            assert ok, "gpusort's result differs from cupy.sort"
+            return measured
+
+        def raw(rep):
+            import cupy
+
+            return cupy.asarray(dask_keys(n, n, "int64", "uniform", seed=200 + rep).compute())
+
+        def cupy_sort(x):
+            import cupy
+
+            return cupy.sort(x)
+
+        cases = [Case("gpusort[cupy chunks]", setup, sort, check, n, params,
+                      requires=() if DRY else ("cupy", "dask_cuda")),
+                 Case("cupy.sort (whole array)", raw, cupy_sort, None, n, params, device="gpu")]
+        return run_group("cupy", args, cases, baseline="cupy.sort (whole array)")
+
+
+def host_case(args, client, gpus: int, n: int, chunks: int, name: str) -> Case:
+    chunk = -(-n // chunks)
+    params = {"n": n, "dtype": "int64", "chunks": chunks, "gpus": gpus, "budget": args.budget}
+
+    def setup(rep):
+        x = dask_keys(n, chunk, "int64", "uniform", seed=300 + rep).persist()
+        wait(x)
+        client.run(_free_default_pool)
+        client.run(_memory_stats, True)
+        return x, bytes_received(client)
+
+    def sort(inputs):
+        import gpusort
+
+        x, _ = inputs
+        start = time.time()
+        y = (gpusort.sort(x) if DRY else gpusort.sort(x, backend="cupy", gpu_memory_budget=args.budget)).persist()
+        wait(y)
+        return y, start
+
+    def check(inputs, out):
+        x, moved = inputs
+        y, start = out
+        measured = measurements(client, start, moved, host_path=True)
+        check_host(x, y)
+        client.run(_free_default_pool)
+        return measured
+
+    return Case(name, setup, sort, check, n, params, requires=() if DRY else ("cupy", "dask_cuda"))
+
+
+def group_host(args):
+    summary, failed = [], 0
+    for gpus in [int(g) for g in args.gpu_counts.split(",")]:
+        for mode in (["workers"] if gpus == 1 else args.modes.split(",")):
+            clients = {"workers": cuda_client, "process": one_process_client}
+            with clients[mode](args, gpus) as client:
+                cases = []
+                for chunks in [int(c) for c in args.chunks_host.split(",")]:
+                    case = host_case(args, client, gpus, args.n_host, chunks, "gpusort[host chunks]")
+                    case.params["mode"] = mode
+                    case.repeat = args.host_repeat
+                    cases.append(case)
+                s, f = run_group(f"host-{gpus}gpu-{mode}", args, cases)
+            summary += s
+            failed |= f
+    return summary, failed
+
+
+@contextlib.contextmanager
+def one_process_client(args, gpus: int):
+    """One worker process that sees ``gpus`` GPUs: gpusort spreads its threads' steps over them."""
+    from distributed import Client, LocalCluster
+
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(gpus))), "NCCL_NVLS_ENABLE": "0"}
+    cluster = LocalCluster(n_workers=1, threads_per_worker=args.threads * gpus, processes=True, memory_limit=0,
+                           dashboard_address=":0", env=env)
+    try:
+        with Client(cluster) as client:
+            client.wait_for_workers(1)
+            client.get_task_stream(count=0)
+            yield client
+            client.run(release_host_memory)
+    finally:
+        close_quietly(cluster)
+
+
+def group_dataframe(args):
+    n = args.n_df
+    params = {"n": n, "dtype": "int64", "chunks": args.chunks_df}
+    with cuda_client(args) as client:
+        case = host_case(args, client, 1, n, args.chunks_df, "gpusort[host chunks]")
+        case.params = params
+        summary, failed = run_group("dataframe-gpusort", args, [case])
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=args.df_workers or dask.system.CPU_COUNT, threads_per_worker=1,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        chunk = -(-n // args.chunks_df)
+
+        def setup(rep):
+            x = dask_keys(n, chunk, "int64", "uniform", seed=400 + rep).persist()
+            wait(x)
+            return x
+
+        def sort(x):
+            import dask.dataframe as dd
+
+            y = dd.from_dask_array(x, columns=["k"]).sort_values("k").persist()
+            wait(y)
+            return y
+
+        def check(x, y):
+            k = y["k"].to_dask_array(lengths=True)
+            fx, fy = dask.compute(x.sum(dtype=np.uint64), k.sum(dtype=np.uint64))
+            assert fx == fy and len(k) == n, "dask.dataframe lost keys"
+
+        df = Case("dask.dataframe.sort_values", setup, sort, check, n, params, requires=("pandas", "pyarrow"))
+        df.repeat, df.warmup = args.df_repeat, 0
+        s2, f2 = run_group("dataframe-peer", args, [df])
+    summary += s2
+    add_ratios(summary, "dask.dataframe.sort_values")
+    return summary, failed | f2
+
+
+# --- goals ----------------------------------------------------------------------------------------
+
+
+def print_goals(args, results) -> None:
+    def find(group, case, **params):
+        for e in results.get(group, []):
+            if e["case"] == case and e["status"] == "ok" and all(e["params"].get(k) == v for k, v in params.items()):
+                return e
+        return None
+
+    lines = []
+    link = {e["case"]: e.get("bytes_per_second") for e in results.get("link", []) if e["status"] == "ok"}
+    if link.get("H2D pinned") and link.get("D2H pinned"):
+        floor = min(link["H2D pinned"], link["D2H pinned"]) / 16
+        lines.append(f"host-link floor (int64)   {floor / 1e9:6.2f} Gkeys/s  (pinned H2D {link['H2D pinned'] / 1e9:.1f}, "
+                     f"D2H {link['D2H pinned'] / 1e9:.1f}, pageable H2D {link.get('H2D pageable', 0) / 1e9:.1f}, "
+                     f"staged H2D {link.get('H2D staged (gpusort)', 0) / 1e9:.1f} GB/s)")
+    e = find("cupy", "gpusort[cupy chunks]")
+    if e:
+        raw = find("cupy", "cupy.sort (whole array)")
+        lines.append(f"CuPy chunks, 1 GPU        {e['items_per_second'] / 1e9:6.2f} Gkeys/s  goal >= 3     "
+                     f"{'met' if e['items_per_second'] >= 3e9 else 'missed'}"
+                     + (f"  (cupy.sort whole array {raw['items_per_second'] / 1e9:.2f})" if raw else ""))
+    one = None
+    for e in results.get("host", []):
+        if e["status"] != "ok":
+            continue
+        gpus, mode, chunks = e["params"]["gpus"], e["params"].get("mode", "workers"), e["params"]["chunks"]
+        ok = e["items_per_second"] >= 1.5e9 and e.get("peak_gpu_mib", 1e18) * 2**20 <= _bytes(args.budget)
+        lines.append(f"host chunks x{chunks}, {gpus} GPU(s) ({mode})  {e['items_per_second'] / 1e9:6.2f} Gkeys/s  "
+                     f"goal >= 1.5, "
+                     f"peak {e.get('peak_gpu_mib', float('nan')):.0f} MiB <= {args.budget}, "
+                     f"moved {e.get('moved_mib', 0):.0f} MiB  {'met' if ok else 'missed'}")
+        if gpus == 1:
+            one = one or {}
+            one[chunks] = e
+        elif one and chunks in one:
+            base = one[chunks]
+            speedup = base["median_seconds"] / e["median_seconds"]
+            lines.append(f"  {gpus} GPUs ({mode}) vs 1 GPU   {speedup:6.2f}x         goal >= 1.7   "
+                         f"{'met' if speedup >= 1.7 else 'missed'}")
+    e, df = find("dataframe", "gpusort[host chunks]"), find("dataframe", "dask.dataframe.sort_values")
+    if e and df:
+        ratio = df["median_seconds"] / e["median_seconds"]
+        lines.append(f"vs dask.dataframe         {ratio:6.1f}x         goal >= 50    {'met' if ratio >= 50 else 'missed'}"
+                     f"  ({e['items_per_second'] / 1e6:.0f} vs {df['items_per_second'] / 1e6:.1f} Mkeys/s)")
+    if lines:
+        print("goals")
+        print("\n".join(lines))
+
+
+def _bytes(text: str) -> int:
+    from dask.utils import parse_bytes
+
+    return parse_bytes(text)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,403 @@
+"""Faults: workers killed mid-phase, chunks that fail to load, repeated sorts.
+
+Worker kills are deterministic: :class:`Sabotage`, a worker plugin, kills its
+own worker process (``os._exit``) the moment a chosen task of a chosen layer
+starts executing there.  An *arm* file names the task; renaming it is atomic,
+so exactly one process fires, once, and records its pid.  Every kill test
+asserts that the kill happened -- a test whose fault never fired proves
+nothing -- and that the result is still exactly NumPy's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import hashlib
+import os
+import time
+import tracemalloc
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import psutil
+import pytest
+from dask.utils import key_split
+from distributed import Client, LocalCluster, wait
+from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.scheduler import KilledWorker
+
+import gpusort
+
+
+class Sabotage(WorkerPlugin):
+    """Kill this worker process as an armed task starts executing.
+
+    ``arm(directory, layer, index)`` arms task ``index`` (the first key index
+    after the name, ``None`` for one-task layers) of the layer whose name
+    starts with ``layer`` (``runs``, ``samples``, ``plan``, ``windows``,
+    ``splits``, ``slice``, ``merge``; fused names such as ``merge-sorted``
+    count as ``merge``).  ``times`` arms that many kills of the same task.
+    """
+
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish != "executing":
+            return
+        layer = key_split(key).split("-")[0]
+        index = key[1] if isinstance(key, tuple) and len(key) > 1 else None
+        armed = os.path.join(self.directory, f"arm-{layer}-{index}")
+        for n in range(8):  # the first live arm of this task, if any
+            try:
+                os.rename(f"{armed}.{n}", f"{armed}.{n}.fired")
+            except FileNotFoundError:
+                continue
+            Path(f"{armed}.{n}.fired").write_text(f"{os.getpid()} {key!r}")
+            os._exit(1)
+
+
+def arm(directory: Path, layer: str, index: int | None, times: int = 1) -> list[Path]:
+    for n in range(times):
+        (directory / f"arm-{layer}-{index}.{n}").touch()
+    return [directory / f"arm-{layer}-{index}.{n}.fired" for n in range(times)]
+
+
+def fired_pid(marker: Path) -> int:
+    assert marker.exists(), f"the fault {marker.name} never fired: this test proved nothing"
+    return int(marker.read_text().split()[0])
+
+
+def worker_pids(client: Client) -> set[int]:
+    return set(client.run(os.getpid).values())
+
+
+def wait_idle(cluster: LocalCluster, workers: int = 2, timeout: float = 30) -> None:
+    """Until ``workers`` workers are up and the scheduler holds no task at all."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not cluster.scheduler.tasks and len(cluster.scheduler.workers) == workers:
+            return
+        time.sleep(0.05)
+    states = sorted({ts.state for ts in cluster.scheduler.tasks.values()})
+    raise AssertionError(f"cluster not idle: {len(cluster.scheduler.tasks)} tasks {states}, "
+                         f"{len(cluster.scheduler.workers)} workers")
+
+
+def wait_quiet(cluster: LocalCluster, timeout: float = 30) -> None:
+    """Until no task runs or waits to run: whatever is in flight has ended."""
+    deadline = time.monotonic() + timeout
+    busy = {"processing", "queued", "waiting", "no-worker"}
+    while time.monotonic() < deadline:
+        if not any(ts.state in busy for ts in list(cluster.scheduler.tasks.values())):
+            return
+        time.sleep(0.05)
+    raise AssertionError("tasks still running 30 s after the error")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def client(cluster, tmp_path):
+    """A client on the shared cluster, with :class:`Sabotage` armed from ``tmp_path``."""
+    arms = tmp_path / "arms"
+    arms.mkdir()
+    with Client(cluster) as client:
+        client.register_plugin(Sabotage(str(arms)), name="sabotage")
+        wait_idle(cluster)
+        client.arms = arms
+        yield client
+        client.unregister_worker_plugin("sabotage")
+
+
+def skewed(seed: int, n: int) -> np.ndarray:
+    """Duplicates, NaN, ±0.0: ties that only a stable, exact sort gets right."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-50, 50, n).astype(np.float64)
+    x[rng.random(n) < 0.05] = np.nan
+    x[rng.random(n) < 0.05] = -0.0
+    return x
+
+
+def descending_order(x: np.ndarray) -> np.ndarray:
+    return np.argsort(np.where(np.isnan(x), np.inf, -x), kind="stable")
+
+
+# One task per layer, roughly half way through its phase (12 runs, 10 output
+# chunks): runs of the other worker are done, the killed worker's runs, samples,
+# windows and slices are lost with it and must be recomputed.
+PHASES = [("runs", 6), ("samples", 6), ("plan", None), ("windows", 6), ("splits", None),
+          ("slice", 5), ("merge", 5)]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("layer, index", PHASES, ids=[p[0] for p in PHASES])
+def test_worker_killed_mid_phase_result_exact(client, layer, index):
+    n = 120_000
+    x = skewed(PHASES.index((layer, index)), n)
+    keys = da.from_array(x, chunks=n // 12)
+    values = da.from_array(np.arange(n, dtype=np.uint32), chunks=n // 12)
+    (marker,) = arm(client.arms, layer, index)
+    before = worker_pids(client)
+
+    sk, sv = client.compute(gpusort.sort_by_key(keys, values, chunks=12_500), sync=True)
+
+    killed = fired_pid(marker)
+    assert killed in before and killed not in worker_pids(client)
+    want = np.argsort(x, kind="stable")
+    np.testing.assert_array_equal(sv, want.astype(np.uint32))
+    np.testing.assert_array_equal(sk, x[want])
+
+
+@pytest.mark.timeout(120)
+def test_worker_killed_twice_during_argsort_merges(client):
+    n = 90_001
+    x = skewed(7, n)
+    markers = arm(client.arms, "merge", 2, times=2)  # the retried task dies again
+    got = client.compute(gpusort.argsort(da.from_array(x, chunks=7_000), descending=True), sync=True)
+    assert len({fired_pid(m) for m in markers}) == 2
+    np.testing.assert_array_equal(got, descending_order(x))
+
+
+def failing_loader(x: np.ndarray, chunk: int, bad: int, failure: str, calls: Path | None = None) -> da.Array:
+    """``x`` in chunks of ``chunk`` whose chunk ``bad`` fails to load as ``failure`` says."""
+
+    def load(block, block_id=None):
+        i = block_id[0]
+        if calls is not None:
+            with open(calls / f"{i}-{os.getpid()}-{time.monotonic_ns()}", "x"):
+                pass
+        if i != bad:
+            return block
+        if failure == "raise":
+            raise OSError(f"keys.bin: chunk {i} is unreadable (checksum mismatch)")
+        if failure == "short":  # a truncated read
+            return block[:-3]
+        return block.astype(np.float32)  # a chunk stored with another dtype
+
+    return da.from_array(x, chunks=chunk).map_blocks(load, dtype=x.dtype, meta=np.empty(0, x.dtype))
+
+
+FAILURES = [
+    ("raise", OSError, r"chunk 4 is unreadable"),
+    ("short", ValueError, r"input chunk 4 loaded 997 keys .*declares 1000"),
+    ("dtype", ValueError, r"input chunk 4 loaded 1000 keys of dtype float32.*declares 1000 of dtype float64"),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("failure, error, match", FAILURES, ids=[f[0] for f in FAILURES])
+@pytest.mark.parametrize("call", ["sort", "argsort"])
+def test_chunk_that_fails_to_load_is_one_clear_error(failure, error, match, call):
+    x = skewed(3, 10_000)
+    keys = failing_loader(x, 1_000, 4, failure)
+    with dask.config.set(scheduler="threads"), pytest.raises(error, match=match):
+        getattr(gpusort, call)(keys, chunks=700).compute()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("failure, error, match", FAILURES, ids=[f[0] for f in FAILURES])
+def test_chunk_that_fails_to_load_on_workers_is_not_retried_nor_left_behind(client, tmp_path, failure, error, match):
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    x = skewed(4, 10_000)
+    keys = failing_loader(x, 1_000, 4, failure, calls)
+    before = worker_pids(client)
+    futures = client.compute(gpusort.sort_by_key(keys, keys, chunks=1_500))
+    wait(futures, timeout=30)  # ends, with an error: no hang
+    with pytest.raises(error, match=match):
+        client.gather(futures)
+    wait_quiet(client.cluster)  # nothing left running
+    assert worker_pids(client) == before  # an error in a task kills no worker
+    assert len(list(calls.glob("4-*"))) == 1  # a task error is final: not retried
+
+
+@pytest.mark.timeout(60)
+def test_lying_values_chunk_is_named():
+    x = skewed(5, 4_000)
+    values = failing_loader(np.arange(4_000.0), 500, 2, "short")
+    with pytest.raises(ValueError, match=r"input chunk 2 loaded 497 values"):
+        dask.compute(gpusort.sort_by_key(da.from_array(x, chunks=500), values), scheduler="threads")
+
+
+def rss_bytes() -> int:
+    """Resident memory after returning freed heap pages to the system (glibc)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return psutil.Process().memory_info().rss
+
+
+@pytest.mark.timeout(180)
+def test_repeated_sorts_do_not_leak_host_memory():
+    """20 sorts in one process: traced allocations and RSS stay flat.
+
+    NumPy reports its buffers to ``tracemalloc``, so its count is exact where
+    RSS is noisy; leaking one input per sort would add 20 x 8 MiB.  Dask's
+    own bounded caches (``key_split``, ``cached_cumsum``) grow ~10 KiB a sort.
+    """
+    n = 2**20
+
+    def one(seed):
+        x = np.random.default_rng(seed).standard_normal(n)
+        x[::97] = np.nan
+        k = da.from_array(x, chunks=n // 16)
+        s, (kk, vv) = dask.compute(gpusort.argsort(k, chunks=n // 10),
+                                   gpusort.sort_by_key(k, k, descending=True), scheduler="threads")
+        assert s[0] == np.nanargmin(x) and kk[0] == vv[0] == np.nanmax(x)
+
+    for seed in range(3):  # thread pools, imports, caches: steady state first
+        one(seed)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        traced0, rss0 = tracemalloc.get_traced_memory()[0], rss_bytes()
+        for seed in range(3, 23):
+            one(seed)
+        gc.collect()
+        traced = tracemalloc.get_traced_memory()[0] - traced0
+        rss = rss_bytes() - rss0
+    finally:
+        tracemalloc.stop()
+    print(f"\n20 sorts of 2^20 float64: traced growth {traced / 2**10:.0f} KiB, RSS growth {rss / 2**20:.1f} MiB")
+    assert traced < 2 * 2**20, f"traced allocations grew {traced / 2**20:.1f} MiB over 20 sorts"
+    assert rss < 64 * 2**20, f"RSS grew {rss / 2**20:.1f} MiB over 20 sorts"
+
+
+# ---------------------------------------------------------------- sort_zarr
+
+
+def make_src(path: Path, x: np.ndarray, chunk: int):
+    import zarr
+
+    z = zarr.create_array(str(path), shape=x.shape, chunks=(chunk,), dtype=x.dtype)
+    z[:] = x
+    return path
+
+
+def tree_digest(path: Path) -> str:
+    """Names and bytes of every file under ``path``: equal digests, untouched store."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(path)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def leftovers(directory: Path, *keep: str) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name not in keep)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("layer, index", [("runs", 5), ("merge", 3)])
+def test_sort_zarr_survives_a_killed_worker(client, tmp_path, layer, index):
+    import zarr
+
+    x = skewed(9, 40_000)
+    src = make_src(tmp_path / "keys.zarr", x, 4_000)
+    digest = tree_digest(src)
+    (marker,) = arm(client.arms, layer, index)
+
+    gpusort.sort_zarr(src, tmp_path / "sorted.zarr", chunks=6_000, argsort_dst=tmp_path / "order.zarr")
+
+    fired_pid(marker)
+    want = np.argsort(x, kind="stable")
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "order.zarr"))[:], want)
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "sorted.zarr"))[:], x[want])
+    assert tree_digest(src) == digest
+    assert leftovers(tmp_path, "arms", "keys.zarr", "sorted.zarr", "order.zarr") == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("layer, index", [("runs", 5), ("merge", 3)])
+def test_sort_zarr_that_cannot_finish_leaves_no_partial_destination(client, tmp_path, layer, index):
+    x = skewed(10, 40_000)
+    src = make_src(tmp_path / "keys.zarr", x, 4_000)
+    digest = tree_digest(src)
+    scheduler = client.cluster.scheduler
+    allowed, scheduler.allowed_failures = scheduler.allowed_failures, 0  # one death is fatal
+    (marker,) = arm(client.arms, layer, index)
+    try:
+        with pytest.raises(KilledWorker):
+            gpusort.sort_zarr(src, tmp_path / "sorted.zarr", chunks=6_000, argsort_dst=tmp_path / "order.zarr")
+    finally:
+        scheduler.allowed_failures = allowed
+    fired_pid(marker)
+    wait_quiet(client.cluster)  # tasks still in flight when the error surfaced have ended
+    assert leftovers(tmp_path, "arms", "keys.zarr") == []
+    assert tree_digest(src) == digest
+
+
+@pytest.mark.timeout(60)
+def test_sort_zarr_with_an_unreadable_chunk_cleans_up(tmp_path):
+    x = skewed(11, 20_000)
+    src = make_src(tmp_path / "keys.zarr", x, 2_000)
+    (src / "c" / "3").write_bytes(b"not a zstd frame")  # chunk 3 no longer decodes
+    digest = tree_digest(src)
+    with dask.config.set(scheduler="threads"), pytest.raises(Exception, match="(?i)decompress|decod|chunk"):
+        gpusort.sort_zarr(src, tmp_path / "sorted.zarr", argsort_dst=tmp_path / "order.zarr")
+    time.sleep(0.5)  # a task still running when the error surfaced must not recreate the store
+    assert leftovers(tmp_path, "keys.zarr") == []
+    assert tree_digest(src) == digest
+
+
+@pytest.mark.timeout(60)
+def test_sort_zarr_unreadable_chunk_error_names_the_chunk(tmp_path):
+    x = skewed(12, 20_000)
+    src = make_src(tmp_path / "keys.zarr", x, 2_000)
+    (src / "c" / "3").write_bytes(b"not a zstd frame")
+    with dask.config.set(scheduler="threads"), pytest.raises(Exception, match=r"chunk 3\b"):
+        gpusort.sort_zarr(src, tmp_path / "sorted.zarr")
+
+
+# ---------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("layer, index", [("runs", 3), ("splits", None), ("merge", 2)])
+def test_worker_killed_on_local_cuda_cluster(tmp_path, layer, index):
+    cupy = pytest.importorskip("cupy")
+    dask_cuda = pytest.importorskip("dask_cuda")
+    with dask_cuda.LocalCUDACluster(n_workers=1, dashboard_address=None) as cluster, Client(cluster) as client:
+        client.register_plugin(Sabotage(str(tmp_path)), name="sabotage")
+        n = 2_000_000
+        x = skewed(12, n)
+        keys = da.from_array(x, chunks=n // 8).map_blocks(cupy.asarray)
+        values = da.from_array(np.arange(n, dtype=np.int64), chunks=n // 8).map_blocks(cupy.asarray)
+        (marker,) = arm(tmp_path, layer, index)
+        sk, sv = client.compute(gpusort.sort_by_key(keys, values, chunks=n // 6), sync=True)
+        fired_pid(marker)
+        want = np.argsort(x, kind="stable")
+        np.testing.assert_array_equal(cupy.asnumpy(sv), want)
+        np.testing.assert_array_equal(cupy.asnumpy(sk), x[want])
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+def test_repeated_gpu_sorts_do_not_leak_gpu_memory():
+    """20 sorts of CuPy chunks: the CuPy pool's used bytes come back to where they were."""
+    cupy = pytest.importorskip("cupy")
+    pool = cupy.get_default_memory_pool()
+    n = 2**22
+
+    def one(seed):
+        x = cupy.random.default_rng(seed).standard_normal(n)
+        k = da.from_array(x, chunks=n // 8, asarray=False)
+        s, p = dask.compute(gpusort.sort(k), gpusort.argsort(k, descending=True), scheduler="threads")
+        assert bool((s[1:] >= s[:-1]).all()) and int(p[0]) == int(cupy.argmax(x))
+
+    one(0)  # kernels compiled, pool warmed
+    gc.collect()
+    used0, total = pool.used_bytes(), []
+    for seed in range(1, 21):
+        one(seed)
+        gc.collect()
+        total.append(pool.total_bytes())
+        assert pool.used_bytes() == used0, f"sort {seed} left {pool.used_bytes() - used0} bytes in use"
+    assert max(total[10:]) <= max(total[:10]), f"the pool kept growing: {total}"

@@ -1,0 +1,186 @@
+"""GPU end to end: the three-phase graph with backend="cupy" on dask-cuda's LocalCUDACluster.
+
+Every result is compared exactly with NumPy's stable sort.  Host (NumPy)
+chunks take the out-of-core path within a GPU memory budget, whose measured
+high-water mark (``gpusort.backends.cupy.memory_stats`` on the workers) must
+stay within it; CuPy chunks stay on the GPU.  A worker killed mid-sort is
+replaced and the result is still exact.  Multi-GPU tests carry ``multi_gpu``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+dask_cuda = pytest.importorskip("dask_cuda")
+
+from dask.utils import key_split  # noqa: E402
+from distributed import Client, wait  # noqa: E402
+from distributed.diagnostics.plugin import WorkerPlugin  # noqa: E402
+
+import gpusort  # noqa: E402
+from gpusort.budget import parse_budget  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES="0", threads_per_worker=2,
+                                         protocol="tcp", dashboard_address=None)
+    with cluster, Client(cluster) as c:
+        yield c
+
+
+def worker_stats(client, reset=False) -> list[dict]:
+    from gpusort.backends.cupy import memory_stats
+
+    return [s for s in client.run(memory_stats, reset).values() if s]
+
+
+def stable(x: np.ndarray, descending: bool = False) -> np.ndarray:
+    """NumPy's stable order of ``x``, NaN last in both directions."""
+    if not descending:
+        return np.argsort(x, kind="stable")
+    keys = np.where(np.isnan(x), np.inf, -x) if x.dtype.kind == "f" else ~x
+    return np.argsort(keys, kind="stable")
+
+
+def assert_balanced(y: da.Array, chunk: int) -> None:
+    sizes = y.chunks[0]
+    assert all(c == chunk for c in sizes[:-1]) and 0 < sizes[-1] <= chunk
+
+
+@pytest.mark.parametrize("chunk_type", ["numpy", "cupy"])
+@pytest.mark.parametrize("dtype", ["int64", "float32"])
+def test_all_public_functions_exact(client, chunk_type, dtype):
+    rng = np.random.default_rng(7)
+    n = 1_000_003
+    x = (rng.standard_normal(n) * 100).astype(dtype) if dtype.startswith("f") else \
+        rng.integers(0, 5000, n).astype(dtype)
+    if dtype.startswith("f"):
+        x[rng.random(n) < 0.01] = np.nan
+    values = np.arange(n, dtype=np.uint32)[::-1].copy()
+    keys, vals = da.from_array(x, chunks=70_001), da.from_array(values, chunks=70_001)
+    if chunk_type == "cupy":
+        keys, vals = keys.map_blocks(cupy.asarray), vals.map_blocks(cupy.asarray)
+    backend = "cupy" if chunk_type == "numpy" else None
+    s, i, (k, v), sd = dask.compute(
+        gpusort.sort(keys, chunks=100_000, backend=backend),
+        gpusort.argsort(keys, backend=backend),
+        gpusort.sort_by_key(keys, vals, descending=True, backend=backend),
+        gpusort.sort(keys, descending=True, backend=backend),
+    )
+    host = cupy.asnumpy if chunk_type == "cupy" else np.asarray
+    for out in (s, i, k, v, sd):
+        assert isinstance(out, cupy.ndarray if chunk_type == "cupy" else np.ndarray)
+    asc, desc = stable(x), stable(x, descending=True)
+    np.testing.assert_array_equal(host(s), x[asc])
+    np.testing.assert_array_equal(host(i), asc)
+    np.testing.assert_array_equal(host(k), x[desc])
+    np.testing.assert_array_equal(host(v), values[desc])
+    np.testing.assert_array_equal(host(sd), x[desc])
+    assert_balanced(gpusort.sort(keys, chunks=100_000, backend=backend), 100_000)
+
+
+def test_wide_values_and_bytes_values_out_of_core(client):
+    rng = np.random.default_rng(3)
+    n = 300_000
+    x = rng.integers(0, 100, n)
+    for values in (np.array([b"abc", b"de", b"f"])[rng.integers(0, 3, n)],  # S3: moved by position
+                   (rng.random(n) + 1j * rng.random(n)).astype(np.complex128),  # 16 bytes
+                   rng.integers(0, 2**63, n).astype("M8[ns]")):  # 8 bytes, not a number type
+        k, v = dask.compute(*gpusort.sort_by_key(da.from_array(x, chunks=40_000),
+                                                 da.from_array(values, chunks=40_000), backend="cupy"))
+        order = stable(x)
+        np.testing.assert_array_equal(k, x[order])
+        np.testing.assert_array_equal(v, values[order])
+
+
+@pytest.mark.parametrize("budget", ["48MiB", 2**26])
+def test_data_several_times_the_budget_and_measured_peak_within_it(client, budget):
+    n = 2**25  # 256 MiB of int64 keys, chunks of 64 MiB: bigger than a whole sort step may hold
+    x = da.random.default_rng(11).integers(-(2**62), 2**62, n, chunks=2**23).persist()
+    wait(x)
+    limit = parse_budget(budget)
+    assert x.nbytes >= 4 * limit
+    worker_stats(client, reset=True)
+    y = gpusort.sort(x, backend="cupy", gpu_memory_budget=budget, chunks=2**23 + 12345)
+    i = gpusort.argsort(x, backend="cupy", gpu_memory_budget=budget)
+    ys, iy = dask.compute(y, i)
+    stats = worker_stats(client)
+    xs = x.compute()
+    order = stable(xs)
+    np.testing.assert_array_equal(ys, xs[order])
+    np.testing.assert_array_equal(iy, order)
+    assert_balanced(y, 2**23 + 12345)
+    assert stats, "the out-of-core path never ran on a worker"
+    for s in stats:
+        assert s["budget_bytes"] == limit
+        assert 0 < s["peak_bytes"] <= limit, s
+
+
+def test_budget_must_be_sensible(client):
+    x = da.arange(10, chunks=5)
+    with pytest.raises(ValueError, match="gpu_memory_budget"):
+        gpusort.sort(x, backend="cupy", gpu_memory_budget="1kB")
+    with pytest.raises(ValueError, match="backend='cupy'"):
+        gpusort.sort(x, gpu_memory_budget="1GiB")  # NumPy chunks pick the NumPy backend
+
+
+class KillOnce(WorkerPlugin):
+    """Kill this worker (``os._exit``) as the first task of ``layer`` starts, once per marker file."""
+
+    def __init__(self, marker: str, layer: str):
+        self.marker, self.layer = marker, layer
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "executing" and key_split(key).split("-")[0] == self.layer:
+            try:
+                os.rename(self.marker, self.marker + ".fired")
+            except FileNotFoundError:
+                return
+            os._exit(1)
+
+
+@pytest.mark.parametrize("layer", ["merge", "runs"])
+def test_worker_killed_mid_sort_result_still_exact(client, layer):
+    with tempfile.TemporaryDirectory() as tmp:
+        marker = Path(tmp) / "armed"
+        marker.touch()
+        client.register_plugin(KillOnce(str(marker), layer), name=f"kill-{layer}")
+        try:
+            rng = np.random.default_rng(5)
+            x = rng.integers(0, 1000, 400_000)
+            keys = da.from_array(x, chunks=50_000)
+            k, v = dask.compute(*gpusort.sort_by_key(keys, keys, backend="cupy", gpu_memory_budget="64MiB"))
+            assert Path(str(marker) + ".fired").exists(), "the worker was never killed: nothing proved"
+        finally:
+            client.unregister_worker_plugin(f"kill-{layer}")
+    np.testing.assert_array_equal(k, np.sort(x, kind="stable"))
+    np.testing.assert_array_equal(v, np.sort(x, kind="stable"))
+
+
+@pytest.mark.multi_gpu
+def test_two_gpus_exact_with_both_chunk_types():
+    n_gpus = cupy.cuda.runtime.getDeviceCount()
+    cluster = dask_cuda.LocalCUDACluster(n_workers=n_gpus, threads_per_worker=2, dashboard_address=None)
+    with cluster, Client(cluster) as c:
+        assert len(c.scheduler_info()["workers"]) == n_gpus
+        x = da.random.default_rng(2).integers(0, 2**40, 2**23, chunks=2**19).persist()
+        wait(x)
+        xs = x.compute()
+        y = gpusort.sort(x, backend="cupy", gpu_memory_budget="256MiB").persist()
+        yc = gpusort.sort(x.map_blocks(cupy.asarray)).persist()
+        wait([y, yc])
+        np.testing.assert_array_equal(y.compute(), np.sort(xs))
+        np.testing.assert_array_equal(cupy.asnumpy(yc.compute()), np.sort(xs))
+        ran = set(c.run(lambda: bool(__import__("gpusort.backends.cupy", fromlist=["x"]).memory_stats())).values())
+        assert ran == {True}, "both GPUs should have run out-of-core steps"
