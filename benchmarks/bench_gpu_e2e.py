@@ -40,19 +40,14 @@ import dask
 import numpy as np
 from distributed import wait
 
+from gpusort.cli import count
+
 from harness import Case, add_ratios, dask_keys, format_table, parse_args, summarize, time_case, \
     write_results, skip_reason
 
 PHASES = ("runs", "samples", "plan", "windows", "splits", "slice", "merge")
 GROUPS = ("link", "cupy", "host", "dataframe")
 DRY = False  # --dry-run-on-cpu: LocalCluster and backend="numpy", to test this file anywhere
-
-
-def count(text: str) -> int:
-    if "**" in text:
-        base, power = text.split("**")
-        return int(base) ** int(power)
-    return int(float(text))
 
 
 def options(p):

@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     sort = command("sort", "Sort the 1-D Zarr array SRC into a new Zarr array DST.", computes=True)
     sort.add_argument("src", metavar="SRC", help="the keys: path of a 1-D Zarr array (format 3 or 2)")
     sort.add_argument("dst", metavar="DST", help="path of the sorted Zarr array to create")
-    sort.add_argument("--chunks", type=_count, metavar="N",
+    sort.add_argument("--chunks", type=count, metavar="N",
                       help="output chunk length in elements (default: as many chunks as SRC)")
     sort.add_argument("--descending", action="store_true", help="largest first (NaN still last)")
     sort.add_argument(
@@ -167,14 +167,24 @@ def _size(text: str) -> int:
     return size
 
 
-def _count(text: str) -> int:
+def count(text: str) -> int:
+    """A positive whole number as people write element counts: ``1048576``, ``1e9`` or ``2**20``.
+
+    Examples
+    --------
+    >>> count("2**20"), count("1e9"), count("33554432")
+    (1048576, 1000000000, 33554432)
+    """
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 1048576)") from None
+        base, _, power = text.partition("**")
+        value = int(base) ** int(power) if power else float(text)
+        if value != int(value):
+            raise ValueError
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 1048576, 1e9 or 2**20)") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
-    return value
+    return int(value)
 
 
 # --- sort and verify ---------------------------------------------------------------------

@@ -37,6 +37,8 @@ for path in (_HERE, _CHECKOUT):  # run from a checkout: its gpusort and cuda_clu
 
 from cuda_cluster import add_options, cuda_client  # noqa: E402
 
+from gpusort.cli import count  # noqa: E402
+
 PHASES = ("runs", "samples", "plan", "windows", "splits", "slice", "merge")
 
 
@@ -51,14 +53,6 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder for the JSON (default: %(default)s)")
     add_options(parser, budget="512MiB")
     return parser.parse_args(argv)
-
-
-def count(text: str) -> int:
-    """A key count: ``268435456``, ``1e9`` or ``2**31``."""
-    if "**" in text:
-        base, power = text.split("**")
-        return int(base) ** int(power)
-    return int(float(text))
 
 
 def main(argv=None) -> int:

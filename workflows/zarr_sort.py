@@ -31,13 +31,13 @@ if (_CHECKOUT / "gpusort" / "__init__.py").is_file() and str(_CHECKOUT) not in s
     sys.path.insert(0, str(_CHECKOUT))
 
 import gpusort
-from gpusort.cli import default_backend, environment, scheduler
+from gpusort.cli import count, default_backend, environment, scheduler
 from gpusort.verify import verify
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--keys", type=lambda s: int(float(s)), default=2**25,
+    parser.add_argument("--keys", type=count, default=2**25,
                         help="number of keys, e.g. 33554432 or 1e9 (default: %(default)s)")
     parser.add_argument("--chunks", type=int, default=32, help="number of chunks (default: %(default)s)")
     parser.add_argument("--dtype", default="int64", help="key dtype: int*, uint*, float* (default: %(default)s)")
