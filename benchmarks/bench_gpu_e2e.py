@@ -42,8 +42,7 @@ from distributed import wait
 
 from gpusort.cli import count
 
-from harness import Case, add_ratios, dask_keys, format_table, parse_args, summarize, time_case, \
-    write_results, skip_reason
+from harness import Case, add_ratios, dask_keys, parse_args, run_cases, skip_reason
 
 PHASES = ("runs", "samples", "plan", "windows", "splits", "slice", "merge")
 GROUPS = ("link", "cupy", "host", "dataframe")
@@ -103,35 +102,11 @@ def _gpu_stack() -> bool:
     return skip_reason(Case("probe", None, None, None, 0, device="gpu")) is None
 
 
-# --- running a group of cases (the harness's run(), returning the summary) ---------------------------
-
-
 def run_group(name: str, args, cases: list[Case], baseline: str | None = None,
               show=("phase_runs", "phase_splitters", "phase_merges", "peak_gpu_mib", "moved_mib")):
-    rows, summary = [], []
-    for case in cases:
-        head = {"case": case.name, "params": dict(case.params)}
-        reason = skip_reason(case)
-        if reason is not None:
-            summary.append(head | {"status": "skipped", "reason": reason})
-            continue
-        print(f"timing {case.name} {case.params} ...", flush=True)
-        try:
-            repeat = getattr(case, "repeat", None) or args.repeat
-            timed = time_case(case, repeat=repeat, warmup=getattr(case, "warmup", args.warmup))
-        except Exception as exc:  # reported, the others still run
-            import traceback
-
-            traceback.print_exc()
-            summary.append(head | {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"})
-            continue
-        rows += [{"case": case.name, **case.params, "items": case.items} | r for r in timed]
-        summary.append(summarize(case, timed))
-    if baseline:
-        add_ratios(summary, baseline)
-    path = write_results(args.out, f"gpu_e2e-{name}", vars(args), rows, summary)
-    print(format_table(summary, [s for s in show if any(s in e for e in summary)]))
-    print(f"results: {path}\n", flush=True)
+    """The harness's :func:`run_cases` for one group: (summary rows, failed)."""
+    summary = run_cases(f"gpu_e2e-{name}", args, cases, baseline, show)
+    print(flush=True)
     return summary, int(any(s["status"] == "failed" for s in summary))
 
 

@@ -385,11 +385,21 @@ def run(name: str, args: argparse.Namespace, cases: Sequence[Case],
         baseline: str | None = None, show: Sequence[str] = ()) -> int:
     """Time every case, print the table, write the JSON; the exit status.
 
+    Returns 1 if any case failed, else 0 (see :func:`run_cases`).
+    """
+    return int(any(s["status"] == "failed" for s in run_cases(name, args, cases, baseline, show)))
+
+
+def run_cases(name: str, args: argparse.Namespace, cases: Sequence[Case],
+              baseline: str | None = None, show: Sequence[str] = ()) -> list[dict]:
+    """Time every case, print the table, write the JSON; the summary rows.
+
     Cases that cannot run here are skipped with the reason; a case that raises
     (a failed check included) is reported as failed with its error and the
-    others still run.  ``baseline`` names the case the others are compared
-    with (the ``ratio`` column); ``show`` adds measurements to the table.
-    Returns 1 if any case failed, else 0.
+    others still run.  A case may carry its own ``repeat`` and ``warmup``
+    (long cases run fewer times).  ``baseline`` names the case the others are
+    compared with (the ``ratio`` column); ``show`` adds measurements to the
+    table where some case has them.
     """
     rows: list[dict] = []
     summary: list[dict] = []
@@ -402,7 +412,8 @@ def run(name: str, args: argparse.Namespace, cases: Sequence[Case],
         if not args.quiet:
             print(f"timing {case.name} {case.params} ...", file=sys.stderr, flush=True)
         try:
-            timed = time_case(case, repeat=args.repeat, warmup=args.warmup)
+            timed = time_case(case, repeat=getattr(case, "repeat", None) or args.repeat,
+                              warmup=getattr(case, "warmup", args.warmup))
         except Exception as exc:
             traceback.print_exc()
             summary.append(head | {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"})
@@ -413,9 +424,9 @@ def run(name: str, args: argparse.Namespace, cases: Sequence[Case],
         add_ratios(summary, baseline)
     path = write_results(args.out, name, vars(args), rows, summary)
     if not args.quiet:
-        print(format_table(summary, show))
-        print(f"results: {path}")
-    return int(any(s["status"] == "failed" for s in summary))
+        print(format_table(summary, [c for c in show if any(c in s for s in summary)]))
+        print(f"results: {path}", flush=True)
+    return summary
 
 
 # --- inputs and Dask helpers shared by the sort benchmarks ---------------------------------
