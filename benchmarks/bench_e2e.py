@@ -12,11 +12,9 @@ is the floor that `plot.py` compares gpusort[cupy] with.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 from distributed import wait
-from harness import Case, dask_client, dask_keys, make_keys, parse_args, run, task_stats
+from harness import Case, dask_client, gpusort_on_cluster, make_keys, parse_args, persisted_keys, run, task_stats
 
 PHASES = ("runs", "samples", "plan", "windows", "splits", "slice", "merge")
 
@@ -39,17 +37,7 @@ def main(argv=None) -> int:
     with dask_client(args.cluster, args.backend == "cupy", args.workers) as client:
 
         def on_cluster(rep):
-            x = dask_keys(args.n, chunk, args.dtype, args.distribution, seed=rep).persist()
-            wait(x)
-            return x
-
-        def sort_gpusort(x):
-            import gpusort
-
-            start = time.time()
-            y = gpusort.sort(x, backend=args.backend).persist()
-            wait(y)
-            return y, start
+            return persisted_keys(args.n, chunk, args.dtype, args.distribution, seed=rep)
 
         link = {"host_link_bytes_per_second": host_link_bandwidth()} if args.backend == "cupy" else {}
 
@@ -69,7 +57,7 @@ def main(argv=None) -> int:
             np.testing.assert_array_equal(y.compute()["k"].to_numpy(), np.sort(x.compute()))
 
         cases = [
-            Case(f"gpusort[{args.backend}]", on_cluster, sort_gpusort, check_gpusort, args.n, params),
+            Case(f"gpusort[{args.backend}]", on_cluster, gpusort_on_cluster(backend=args.backend), check_gpusort, args.n, params),
             Case("dask.dataframe", on_cluster, sort_dataframe, check_dataframe, args.n, params,
                  requires=("pandas", "pyarrow")),
             Case("np.sort", lambda rep: make_keys(0, args.n, args.n, args.dtype, args.distribution, rep),

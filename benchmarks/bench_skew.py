@@ -17,8 +17,9 @@ from harness import (
     DISTRIBUTIONS,
     Case,
     dask_client,
-    dask_keys,
+    gpusort_on_cluster,
     parse_args,
+    persisted_keys,
     run,
     task_stats,
 )
@@ -43,29 +44,15 @@ def main(argv=None) -> int:
             params = {"n": args.n, "dtype": args.dtype, "distribution": distribution, "chunks": args.chunks}
 
             def setup(rep, distribution=distribution):
-                x = dask_keys(args.n, chunk, args.dtype, distribution, seed=rep).persist()
-                wait(x)
-                return x
+                return persisted_keys(args.n, chunk, args.dtype, distribution, seed=rep)
 
             cases += [
-                Case(f"gpusort[{args.backend}]", setup, _gpusort(args.backend), _check(client, _array_lengths),
+                Case(f"gpusort[{args.backend}]", setup, gpusort_on_cluster(backend=args.backend), _check(client, _array_lengths),
                      args.n, params),
                 Case("dask.dataframe", setup, _dataframe, _check(client, _series_lengths), args.n, params,
                      requires=("pandas", "pyarrow")),
             ]
         return run("skew", args, cases, baseline="dask.dataframe", show=("chunk_imbalance", "empty_chunks"))
-
-
-def _gpusort(backend):
-    def sort(x):
-        import gpusort
-
-        start = time.time()
-        y = gpusort.sort(x, backend=backend).persist()
-        wait(y)
-        return y, start
-
-    return sort
 
 
 def _dataframe(x):

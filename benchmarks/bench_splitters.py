@@ -9,11 +9,10 @@ seconds of the whole sort.  Both shares should stay small as N grows.
 
 from __future__ import annotations
 
-import time
+import functools
 
 import numpy as np
-from distributed import wait
-from harness import Case, dask_client, dask_keys, parse_args, run, task_stats
+from harness import Case, dask_client, gpusort_on_cluster, parse_args, persisted_keys, run, task_stats
 
 SPLITTER_PHASES = ("samples", "plan", "windows", "splits")
 
@@ -50,31 +49,11 @@ def main(argv=None) -> int:
                 for out_chunks in args.out_chunks:
                     out_chunks = out_chunks or runs
                     params = {"n": n, "dtype": args.dtype, "runs": runs, "out_chunks": out_chunks}
-                    cases.append(Case(f"gpusort[{args.backend}]", _setup(n, runs, args.dtype),
-                                      _sort(-(-n // out_chunks), args.backend), check, n, params))
+                    setup = functools.partial(persisted_keys, n, -(-n // runs), args.dtype, "uniform")  # (seed)
+                    sort = gpusort_on_cluster(chunks=-(-n // out_chunks), backend=args.backend)
+                    cases.append(Case(f"gpusort[{args.backend}]", setup, sort, check, n, params))
         return run("splitters", args, cases, show=("splitter_bytes", "splitter_byte_share",
                                                    "splitter_seconds", "splitter_time_share"))
-
-
-def _setup(n, runs, dtype):
-    def setup(rep):
-        x = dask_keys(n, -(-n // runs), dtype, "uniform", seed=rep).persist()
-        wait(x)
-        return x
-
-    return setup
-
-
-def _sort(chunk, backend):
-    def sort(x):
-        import gpusort
-
-        start = time.time()
-        y = gpusort.sort(x, chunks=chunk, backend=backend).persist()
-        wait(y)
-        return y, start
-
-    return sort
 
 
 if __name__ == "__main__":

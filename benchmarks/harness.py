@@ -105,8 +105,10 @@ __all__ = [
     "dask_client",
     "dask_keys",
     "format_table",
+    "gpusort_on_cluster",
     "make_keys",
     "parse_args",
+    "persisted_keys",
     "run",
     "summarize",
     "task_stats",
@@ -129,6 +131,10 @@ class Case:
     requires: Sequence[str] = ()
     bytes: int | None = None
     """Bytes the case moves (for GB/s); ``None`` when items/s says it all."""
+    repeat: int | None = None
+    """Timed repetitions of this case; ``None``: the ``--repeat`` option (long cases run fewer)."""
+    warmup: int | None = None
+    """Untimed repetitions first; ``None``: the ``--warmup`` option."""
 
 
 def parse_args(
@@ -396,8 +402,8 @@ def run_cases(name: str, args: argparse.Namespace, cases: Sequence[Case],
 
     Cases that cannot run here are skipped with the reason; a case that raises
     (a failed check included) is reported as failed with its error and the
-    others still run.  A case may carry its own ``repeat`` and ``warmup``
-    (long cases run fewer times).  ``baseline`` names the case the others are
+    others still run.  A case's own ``repeat`` and ``warmup`` win over the
+    options (long cases run fewer times).  ``baseline`` names the case the others are
     compared with (the ``ratio`` column); ``show`` adds measurements to the
     table where some case has them.
     """
@@ -412,8 +418,8 @@ def run_cases(name: str, args: argparse.Namespace, cases: Sequence[Case],
         if not args.quiet:
             print(f"timing {case.name} {case.params} ...", file=sys.stderr, flush=True)
         try:
-            timed = time_case(case, repeat=getattr(case, "repeat", None) or args.repeat,
-                              warmup=getattr(case, "warmup", args.warmup))
+            timed = time_case(case, repeat=case.repeat or args.repeat,
+                              warmup=args.warmup if case.warmup is None else case.warmup)
         except Exception as exc:
             traceback.print_exc()
             summary.append(head | {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"})
@@ -488,6 +494,38 @@ def dask_keys(n: int, chunks: int, dtype: Any, distribution: str, seed: int) -> 
     positions = da.arange(n, chunks=chunks, dtype=np.int64)
     return positions.map_blocks(_block_keys, n, np.dtype(dtype), distribution, seed, dtype=dtype,
                                 meta=np.empty(0, dtype))
+
+
+def persisted_keys(n: int, chunk: int, dtype: Any, distribution: str, seed: int) -> da.Array:
+    """:func:`dask_keys` in chunks of ``chunk``, persisted on the current client and waited for.
+
+    A ``Case.setup`` for the cluster benchmarks: the keys are in the
+    workers' memory before the clock starts.
+    """
+    from distributed import wait
+
+    x = dask_keys(n, chunk, dtype, distribution, seed=seed).persist()
+    wait(x)
+    return x
+
+
+def gpusort_on_cluster(**sort_kwargs: Any) -> Callable[[da.Array], tuple[da.Array, float]]:
+    """A ``Case.run``: ``gpusort.sort(x, **sort_kwargs)`` persisted on the current client and waited for.
+
+    Returns ``(result, start)``, ``start`` a ``time.time()`` for :func:`task_stats`
+    (the task stream's clock), so ``Case.check`` can read the cost by phase.
+    """
+
+    def sort(x: da.Array) -> tuple[da.Array, float]:
+        import gpusort
+        from distributed import wait
+
+        start = time.time()
+        y = gpusort.sort(x, **sort_kwargs).persist()
+        wait(y)
+        return y, start
+
+    return sort
 
 
 def _block_keys(positions: np.ndarray, n: int, dtype: np.dtype, distribution: str, seed: int) -> np.ndarray:

@@ -114,7 +114,7 @@ def piece_bounds(n: int, most: int) -> list[tuple[int, int]]:
     Examples
     --------
     >>> piece_bounds(10, 4)
-    [(0, 4), (4, 7), (7, 10)]
+    [(0, 3), (3, 6), (6, 10)]
     """
     if most < 1:
         raise ValueError(f"most must be at least 1, got {most}")
@@ -138,16 +138,16 @@ def range_splits(pieces: Sequence[np.ndarray], step: int) -> np.ndarray:
     lengths = [len(p) for p in pieces]
     ranks = corank.output_ranks(sum(lengths), step)
     inner = ranks[1:-1]
-    ends = [np.zeros(len(pieces), np.int64), np.asarray(lengths, np.int64)]
     if not len(inner):
-        return np.stack(ends)
+        return corank.split_vectors(lengths, inner)
+    # The splitter phases of gpusort.graph, in one process.
     g = corank.sample_stride(int(ranks[-1]), len(pieces), len(inner))
     lo, hi = corank.plan_windows([p[::g] for p in pieces], lengths, inner, g)
     windows = [
         np.concatenate([p[a:b] for a, b in zip(lo[:, k].tolist(), hi[:, k].tolist())])
         for k, p in enumerate(pieces)
     ]
-    return np.concatenate([ends[:1], corank.refine_splits(inner, lo, hi, windows), ends[1:]])
+    return corank.split_vectors(lengths, inner, (lo, hi), windows)
 
 
 class Device(Protocol):

@@ -211,11 +211,9 @@ def _run_sort(args: argparse.Namespace) -> int:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from gpusort.verify import verify
-    from gpusort.zarr_io import as_dask_array
+    from gpusort.verify import check_pair, verify
 
-    _checked(as_dask_array, args.src, "src")  # fail before a cluster starts
-    _checked(as_dask_array, args.dst, "dst")
+    _checked(check_pair, args.src, args.dst)  # fail before a cluster starts
     with scheduler(args.cluster, args.quiet):
         report = verify(args.src, args.dst, descending=args.descending, progress=not args.quiet)
     print(report)

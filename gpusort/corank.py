@@ -151,3 +151,27 @@ def refine_splits(
     left = np.arange(len(bound)) - start[bound] < take[bound]
     counts = np.bincount(bound[left] * nruns + run[left], minlength=nbounds * nruns)
     return lo + counts.reshape(nbounds, nruns)
+
+
+def split_vectors(
+    lengths: Sequence[int],
+    ranks: np.ndarray,
+    plan: tuple[np.ndarray, np.ndarray] | None = None,
+    windows: Sequence[np.ndarray] = (),
+) -> np.ndarray:
+    """Split vectors of the two ends and of every inner boundary rank in ``ranks``.
+
+    Row 0 is all zeros and the last row is ``lengths``; the rows between come
+    from :func:`refine_splits` of ``plan = (lo, hi)`` and ``windows``, which
+    may be left out when ``ranks`` is empty.
+
+    Returns
+    -------
+    ndarray of int64, shape ``(len(ranks) + 2, P)``
+    """
+    ends = [np.zeros((1, len(lengths)), np.int64), np.asarray(lengths, np.int64)[None, :]]
+    if plan is None:
+        if len(ranks):
+            raise ValueError(f"split_vectors needs the plan and windows of {len(ranks)} inner ranks")
+        return np.concatenate(ends)
+    return np.concatenate([ends[0], refine_splits(ranks, *plan, windows), ends[1]])

@@ -61,9 +61,12 @@ class Runs:
     @classmethod
     def from_arrays(cls, okeys: da.Array, values: da.Array | None = None) -> "Runs":
         """Runs whose blocks are already sorted order keys (and their values)."""
+        if values is not None and values.chunks != okeys.chunks:
+            # Run k pairs block k of each: other chunks would pair keys with other keys' values.
+            raise ValueError(f"values has chunks {values.chunks} but okeys has {okeys.chunks}; they must match")
         name = "runs-" + tokenize(okeys, values)
         vkeys = [None] * okeys.numblocks[0] if values is None else values.__dask_keys__()
-        dsk = {(name, k): (tuple, list(kv)) for k, kv in enumerate(zip(okeys.__dask_keys__(), vkeys))}
+        dsk = {(name, k): (tuple, list(kv)) for k, kv in enumerate(zip(okeys.__dask_keys__(), vkeys, strict=True))}
         deps = [okeys] if values is None else [okeys, values]
         return cls(
             HighLevelGraph.from_collections(name, dsk, dependencies=deps),
@@ -146,19 +149,10 @@ def _samples(run: Pair, g: int) -> np.ndarray:
 
 
 def _windows(run: Pair, plan: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
+    """Run ``k``'s window keys ``run_k[lo[j, k]:hi[j, k]]`` of every boundary ``j``, in host memory."""
     keys = run[0]
-    lo, hi = plan
-    parts = [keys[a:b] for a, b in zip(lo[:, k].tolist(), hi[:, k].tolist())]
-    return to_numpy(namespace(keys).concatenate(parts)) if parts else np.empty(0, keys.dtype)
-
-
-def _splits(lengths, ranks, plan=None, *windows) -> np.ndarray:
-    """Split vectors for every boundary rank, the two ends included."""
-    ends = [np.zeros(len(lengths), np.int64), np.asarray(lengths, np.int64)]
-    if plan is None:
-        return np.stack(ends)
-    inner = corank.refine_splits(ranks, *plan, windows)
-    return np.concatenate([ends[:1], inner, ends[1:]])
+    lo, hi = plan  # one row per inner boundary, and a windows- task exists only if there is one
+    return to_numpy(namespace(keys).concatenate([keys[a:b] for a, b in zip(lo[:, k].tolist(), hi[:, k].tolist())]))
 
 
 def _slice(run: Pair, splits: np.ndarray, j: int, k: int) -> Pair:
@@ -186,7 +180,9 @@ def slice_locally() -> bool:
     distributed cluster of one worker — they are pure scheduling overhead
     (about 6 s for 64 x 64 chunks on a 2-worker cluster), so the merges take
     whole runs and slice them as views.  Dask picks its shuffle the same way
-    (P2P only with a distributed client).  ``dask.config`` key
+    (P2P only with a distributed client).  The choice is made when the graph
+    is built: a graph built for one process and computed on a multi-worker
+    cluster stays exact but moves whole runs.  ``dask.config`` key
     ``gpusort.slicing``: ``"auto"`` (default), ``"tasks"`` or ``"local"``.
     """
     mode = dask.config.get("gpusort.slicing", "auto")
@@ -234,9 +230,9 @@ def merge_sorted_runs(
         dsk[plan] = (corank.plan_windows, [("samples-" + token, k) for k in range(nruns)], list(runs.lengths), inner, g)
         dsk.update({("windows-" + token, k): (_windows, rk, plan, k) for k, rk in enumerate(run_keys)})
         windows = [("windows-" + token, k) for k in range(nruns)]
-        dsk[splits] = (_splits, list(runs.lengths), inner, plan, *windows)
+        dsk[splits] = (corank.split_vectors, list(runs.lengths), inner, plan, windows)
     else:
-        dsk[splits] = (_splits, list(runs.lengths), inner)
+        dsk[splits] = (corank.split_vectors, list(runs.lengths), inner)
     dtype = np.dtype(key_dtype)
     for j in range(len(ranks) - 1):
         if local:

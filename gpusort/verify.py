@@ -86,10 +86,7 @@ def verify(src: Any, dst: Any, *, descending: bool = False, progress: bool = Fal
     FAILED:
       - dst is not sorted ascending: dst[0] = 1.0 comes before dst[1] = -0.0
     """
-    x, y = as_dask_array(src, "src"), as_dask_array(dst, "dst")
-    order.check_key_dtype(x.dtype, "src")
-    if x.dtype != y.dtype:
-        raise TypeError(f"dst has dtype {y.dtype} but src has dtype {x.dtype}; a sort keeps the dtype")
+    x, y = check_pair(src, dst)
     src_facts = [dask.delayed(_count_and_checksum)(block) for block in x.to_delayed().ravel()]
     dst_facts = [dask.delayed(_chunk_facts)(block, bool(descending)) for block in y.to_delayed().ravel()]
     results = compute(*src_facts, *dst_facts, progress=progress)
@@ -115,6 +112,20 @@ def verify(src: Any, dst: Any, *, descending: bool = False, progress: bool = Fal
             f"dst is not sorted {direction}: dst[{i}] = {pair[0]} comes before dst[{i + 1}] = {pair[1]}"
         )
     return VerifyReport(n_src, n_dst, checksum_src, checksum_dst, first_unsorted, tuple(problems))
+
+
+def check_pair(src: Any, dst: Any) -> tuple[Any, Any]:
+    """``src`` and ``dst`` as 1-D Dask arrays of one sortable key dtype, or the error that says why not.
+
+    Raises ``FileNotFoundError``, ``TypeError`` or ``ValueError`` naming the
+    argument; :func:`verify` calls it first, and ``gpusort verify`` before it
+    starts a cluster.
+    """
+    x, y = as_dask_array(src, "src"), as_dask_array(dst, "dst")
+    order.check_key_dtype(x.dtype, "src")
+    if x.dtype != y.dtype:
+        raise TypeError(f"dst has dtype {y.dtype} but src has dtype {x.dtype}; a sort keeps the dtype")
+    return x, y
 
 
 @dataclass(frozen=True)

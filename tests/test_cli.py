@@ -100,11 +100,14 @@ def test_sort_on_a_local_cluster_prints_the_dashboard(keys, capsys):
     (["sort", "keys.zarr", "out.zarr", "--cluster", "threads", "--gpu-memory-budget", "1GiB"],
      "gpu_memory_budget applies to backend='cupy' only"),
     (["verify", "keys.zarr", "missing.zarr"], "dst: missing.zarr does not exist"),
+    (["verify", "keys.zarr", "float.zarr"], "dst has dtype float64 but src has dtype int64"),
+    (["verify", "complex.zarr", "complex.zarr"], "src has dtype complex128 (complex), which gpusort cannot sort"),
     (["bench", "nonesuch"], "no benchmark 'nonesuch'; choose one of: "),
 ])
 def test_user_errors_exit_2_without_a_traceback(keys, capsys, argv, message):
     zarr.create_array("complex.zarr", shape=(3,), dtype="c16")
     zarr.create_array("exists.zarr", shape=(3,), dtype="i8")
+    zarr.create_array("float.zarr", shape=(3,), dtype="f8")
     code, _, err = run(capsys, *argv)
     assert code == 2 and message in err and "Traceback" not in err
     assert err.startswith(f"gpusort {argv[0]}: error: ")

@@ -149,3 +149,16 @@ def test_e2e_bench_end_to_end_then_plot(tmp_path, capsys):
     assert plot["main"]([str(tmp_path), "--out", str(tmp_path / "plots")]) == 0
     assert {p.name for p in (tmp_path / "plots").iterdir()} == {"throughput-e2e.png", "phases.png"}
     assert "skew        skipped" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bench, argv, measured", [
+    ("bench_skew.py", ["--n", "6000", "--chunks", "3", "--distributions", "one99"], "chunk_imbalance"),
+    ("bench_splitters.py", ["--n", "6000", "--runs", "3", "--out-chunks", "4"], "splitter_bytes"),
+])
+def test_cluster_benches_end_to_end(tmp_path, bench, argv, measured):
+    module = runpy.run_path(str(BENCHMARKS / bench))
+    assert module["main"]([*argv, "--out", str(tmp_path), "--repeat", "1", "--warmup", "0", "--quiet"]) == 0
+    (doc,) = results(tmp_path)
+    ours = [s for s in doc["summary"] if s["case"] == "gpusort[numpy]"]
+    assert len(ours) == 1 and ours[0]["status"] == "ok" and ours[0]["items"] == 6000
+    assert measured in ours[0]

@@ -184,3 +184,17 @@ def test_slicing_modes_build_their_graph_and_agree(mode, slice_tasks):
 def test_slicing_mode_is_checked():
     with dask.config.set({"gpusort.slicing": "sometimes"}), pytest.raises(ValueError, match="gpusort.slicing"):
         gpusort.sort(da.arange(10, chunks=5))
+
+
+def test_runs_from_arrays_merge_and_refuse_mismatched_chunks():
+    x = np.random.default_rng(3).integers(-50, 50, 1000)
+    runs = [np.sort(part, kind="stable") for part in np.split(x, [300, 700])]
+    okeys = da.concatenate([da.from_array(r, chunks=-1) for r in runs])
+    positions = da.concatenate([da.from_array(np.argsort(p, kind="stable") + a, chunks=-1)
+                                for p, a in zip(np.split(x, [300, 700]), (0, 300, 700))])
+    keys, values = graph.merge_sorted_runs(graph.Runs.from_arrays(okeys, positions), key_dtype=x.dtype,
+                                           descending=False, chunk=128, backend="numpy")
+    np.testing.assert_array_equal(values.compute(), ref_argsort(x))
+    np.testing.assert_array_equal(keys.compute(), np.sort(x))
+    with pytest.raises(ValueError, match="values has chunks"):
+        graph.Runs.from_arrays(okeys, positions.rechunk(500))

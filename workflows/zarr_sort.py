@@ -39,7 +39,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=count, default=2**25,
                         help="number of keys, e.g. 33554432 or 1e9 (default: %(default)s)")
-    parser.add_argument("--chunks", type=int, default=32, help="number of chunks (default: %(default)s)")
+    parser.add_argument("--chunks", type=count, default=32,
+                        help="number of chunks; fewer where the keys do not fill them (default: %(default)s)")
     parser.add_argument("--dtype", default="int64", help="key dtype: int*, uint*, float* (default: %(default)s)")
     parser.add_argument("--descending", action="store_true", help="sort largest first")
     parser.add_argument("--backend", choices=("numpy", "cupy"), default=default_backend(),
@@ -52,7 +53,10 @@ def main(argv=None) -> int:
                         help="folder for the JSON summary (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the keys (default: %(default)s)")
     args = parser.parse_args(argv)
-    dtype = np.dtype(args.dtype)
+    try:
+        dtype = np.dtype(args.dtype)
+    except TypeError:
+        parser.error(f"--dtype {args.dtype}: not a NumPy dtype")
     if dtype.kind not in "iuf":
         parser.error(f"--dtype {args.dtype}: choose an int, uint or float dtype for random keys")
 
@@ -61,6 +65,7 @@ def main(argv=None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         src, dst = workdir / "keys.zarr", workdir / "sorted.zarr"
         chunk = -(-args.keys // args.chunks)
+        nchunks = -(-args.keys // chunk)  # 10 keys in 6 chunks of 2 are 5 chunks
         with scheduler(args.cluster) as client:
             workers = len(client.scheduler_info()["workers"]) if client is not None else 0
             seconds = {}
@@ -78,7 +83,7 @@ def main(argv=None) -> int:
         "workflow": "zarr_sort",
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "keys": args.keys, "dtype": str(dtype), "chunks": args.chunks, "bytes": args.keys * dtype.itemsize,
+        "keys": args.keys, "dtype": str(dtype), "chunks": nchunks, "bytes": args.keys * dtype.itemsize,
         "workers": workers, "seconds": seconds, "keys_per_second": args.keys / seconds["sort"],
         "verified": report.ok, "verify": str(report),
         **environment(),
@@ -88,7 +93,7 @@ def main(argv=None) -> int:
     path.write_text(json.dumps(summary, indent=1) + "\n")
 
     mib = args.keys * dtype.itemsize / 2**20
-    print(f"gpusort zarr_sort: {args.keys} {dtype} keys ({mib:.0f} MiB) in {args.chunks} chunks, "
+    print(f"gpusort zarr_sort: {args.keys} {dtype} keys ({mib:.0f} MiB) in {nchunks} chunks, "
           f"{args.backend} backend, cluster {args.cluster} ({workers} workers)")
     print(f"  generate  {seconds['generate']:7.2f} s")
     print(f"  sort      {seconds['sort']:7.2f} s   {args.keys / seconds['sort'] / 1e6:.1f} Mkeys/s"
