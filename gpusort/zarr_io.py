@@ -139,8 +139,7 @@ def sort_zarr(
         staged = {name: work[name] / "out.zarr" for name in dests}
         _store((keys, positions), [staged["dst"], staged.get("argsort_dst")], (chunk,),
                compressed=True, progress=progress)
-        for name, path in dests.items():
-            _move_into_place(staged[name], path, work[name])
+        _move_all_into_place(staged, dests, work)
 
 
 def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str | None,
@@ -315,6 +314,25 @@ def _store(arrays: tuple[da.Array | None, ...], paths: list[Path | None], chunks
         sources.append(arr)
     compute(*(da.store(s, t, lock=False, compute=False) for s, t in zip(sources, targets)), progress=progress)
     return targets
+
+
+def _move_all_into_place(staged: dict[str, Path], dests: dict[str, Path], work: dict[str, Path]) -> None:
+    """Move every staged array into place, or none: a failure puts back what had moved.
+
+    With ``argsort_dst`` there are two renames; a sorted ``dst`` left behind
+    without its positions (or beside an old one) would be a partial result.
+    """
+    moved = []
+    try:
+        for name, path in dests.items():
+            _move_into_place(staged[name], path, work[name])
+            moved.append(name)
+    except BaseException:
+        for name in reversed(moved):
+            os.replace(dests[name], staged[name])  # back into the work directory, removed with it
+            if os.path.lexists(work[name] / "replaced"):
+                os.replace(work[name] / "replaced", dests[name])
+        raise
 
 
 def _move_into_place(staged: Path, path: Path, work: Path) -> None:

@@ -147,6 +147,29 @@ def test_failure_leaves_no_destination_and_no_temporary_store(tmp_path, monkeypa
     assert leftovers(tmp_path) == []
 
 
+def test_a_failed_second_move_puts_the_first_back(tmp_path, monkeypatch):
+    x = keys("int16", 3_000)
+    src = make_zarr(tmp_path / "keys.zarr", x, 256)
+    dst, order = tmp_path / "sorted.zarr", tmp_path / "order.zarr"
+    sort_zarr(src, dst, descending=True)  # an old result that overwrite=True replaces
+    moves = []
+    real = gpusort.zarr_io._move_into_place
+
+    def second_move_fails(staged, path, work):
+        moves.append(path)
+        if len(moves) == 2:
+            raise OSError("rename failed on purpose")
+        real(staged, path, work)
+
+    monkeypatch.setattr(gpusort.zarr_io, "_move_into_place", second_move_fails)
+    with pytest.raises(OSError, match="on purpose"):
+        sort_zarr(src, dst, argsort_dst=order, overwrite=True)
+    assert moves == [dst, order]
+    np.testing.assert_array_equal(read(dst), np.sort(x)[::-1])  # the old result, not half of the new
+    assert not order.exists()
+    assert leftovers(tmp_path) == []
+
+
 @pytest.mark.parametrize("make, call, error, message", [
     (None, {"src": "missing.zarr"}, FileNotFoundError, "src: .*missing.zarr does not exist"),
     ("2d", {}, ValueError, r"src has shape \(4, 5\); gpusort sorts 1-D arrays"),

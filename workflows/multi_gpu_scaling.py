@@ -35,7 +35,7 @@ from out_of_core_sort import count, sort_once, write_json  # noqa: E402
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=count, default=2**28, help="number of keys (default: %(default)s)")
-    parser.add_argument("--chunks", type=int, default=32, help="number of input chunks (default: %(default)s)")
+    parser.add_argument("--chunks", type=count, default=32, help="number of input chunks (default: %(default)s)")
     parser.add_argument("--dtype", default="int64", help="key dtype (default: %(default)s)")
     parser.add_argument("--gpu-counts", default=None,
                         help="GPU counts to run, e.g. 1,2,4 (default: 1 and every power of two up to all)")

@@ -46,7 +46,7 @@ def parse(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=count, default=2**28,
                         help="number of keys, e.g. 268435456, 1e9 or 2**31 (default: %(default)s)")
-    parser.add_argument("--chunks", type=int, default=16, help="number of input chunks (default: %(default)s)")
+    parser.add_argument("--chunks", type=count, default=16, help="number of input chunks (default: %(default)s)")
     parser.add_argument("--dtype", default="int64", help="key dtype: int*, uint*, float* (default: %(default)s)")
     parser.add_argument("--descending", action="store_true", help="largest first")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the keys (default: %(default)s)")

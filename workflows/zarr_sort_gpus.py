@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dst", type=Path, help="where the sorted array goes (default: beside --src, or temporary)")
     parser.add_argument("--overwrite", action="store_true", help="replace --dst if it exists")
     parser.add_argument("--keys", type=count, default=2**27, help="random keys to make without --src (default: %(default)s)")
-    parser.add_argument("--chunks", type=int, default=16, help="chunks of the random keys (default: %(default)s)")
+    parser.add_argument("--chunks", type=count, default=16, help="chunks of the random keys (default: %(default)s)")
     parser.add_argument("--descending", action="store_true", help="largest first")
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder for the JSON (default: %(default)s)")
     add_options(parser, budget="4GiB")
