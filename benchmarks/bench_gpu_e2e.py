@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from typing import Any
 
 import dask
@@ -42,7 +41,7 @@ from distributed import wait
 
 from gpusort.cli import count
 
-from harness import Case, add_ratios, dask_keys, parse_args, run_cases, skip_reason
+from harness import Case, add_ratios, dask_keys, gpusort_on_cluster, parse_args, run_cases, skip_reason
 
 PHASES = ("runs", "samples", "plan", "windows", "splits", "slice", "merge")
 GROUPS = ("link", "cupy", "host", "dataframe")
@@ -309,14 +308,10 @@ def group_cupy(args):
             client.run(_free_default_pool)
             return x, bytes_received(client)
 
-        def sort(inputs):
-            import gpusort
+        sort_on_cluster = gpusort_on_cluster()
 
-            x, _ = inputs
-            start = time.time()
-            y = gpusort.sort(x).persist()
-            wait(y)
-            return y, start
+        def sort(inputs):
+            return sort_on_cluster(inputs[0])  # (keys, bytes moved so far)
 
         def check(inputs, out):
             x, moved = inputs
@@ -354,14 +349,10 @@ def host_case(args, client, gpus: int, n: int, chunks: int, name: str) -> Case:
         client.run(_memory_stats, True)
         return x, bytes_received(client)
 
-    def sort(inputs):
-        import gpusort
+    sort_on_cluster = gpusort_on_cluster(**({} if DRY else {"backend": "cupy", "gpu_memory_budget": args.budget}))
 
-        x, _ = inputs
-        start = time.time()
-        y = (gpusort.sort(x) if DRY else gpusort.sort(x, backend="cupy", gpu_memory_budget=args.budget)).persist()
-        wait(y)
-        return y, start
+    def sort(inputs):
+        return sort_on_cluster(inputs[0])  # (keys, bytes moved so far)
 
     def check(inputs, out):
         x, moved = inputs

@@ -293,14 +293,19 @@ def leftovers(directory: Path, *keep: str) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name not in keep)
 
 
+def zarr_source(tmp_path: Path, seed: int) -> tuple[np.ndarray, Path, str]:
+    """Skewed keys in a Zarr source of 10 chunks, and the source's digest."""
+    x = skewed(seed, 40_000)
+    src = make_src(tmp_path / "keys.zarr", x, 4_000)
+    return x, src, tree_digest(src)
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("layer, index", [("runs", 5), ("merge", 3)])
 def test_sort_zarr_survives_a_killed_worker(client, tmp_path, layer, index):
     import zarr
 
-    x = skewed(9, 40_000)
-    src = make_src(tmp_path / "keys.zarr", x, 4_000)
-    digest = tree_digest(src)
+    x, src, digest = zarr_source(tmp_path, seed=9)
     (marker,) = arm(client.arms, layer, index)
 
     gpusort.sort_zarr(src, tmp_path / "sorted.zarr", chunks=6_000, argsort_dst=tmp_path / "order.zarr")
@@ -316,9 +321,7 @@ def test_sort_zarr_survives_a_killed_worker(client, tmp_path, layer, index):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("layer, index", [("runs", 5), ("merge", 3)])
 def test_sort_zarr_that_cannot_finish_leaves_no_partial_destination(client, tmp_path, layer, index):
-    x = skewed(10, 40_000)
-    src = make_src(tmp_path / "keys.zarr", x, 4_000)
-    digest = tree_digest(src)
+    _, src, digest = zarr_source(tmp_path, seed=10)
     scheduler = client.cluster.scheduler
     allowed, scheduler.allowed_failures = scheduler.allowed_failures, 0  # one death is fatal
     (marker,) = arm(client.arms, layer, index)
