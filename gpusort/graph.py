@@ -34,6 +34,16 @@ from dask.highlevelgraph import HighLevelGraph
 from gpusort import corank, order
 from gpusort.backends import Pair, get_backend, namespace, to_numpy
 
+#: The sort's phases and the task-name prefixes of each, in the order they run.
+#: Timing by phase (:mod:`gpusort.runtime`, the benchmarks, the workflows) reads
+#: the scheduler's task stream through this table, so it lives with the graph
+#: that names the tasks.
+PHASES: dict[str, tuple[str, ...]] = {
+    "runs": ("runs",),
+    "splitters": ("samples", "plan", "windows", "splits"),
+    "merges": ("slice", "merge"),
+}
+
 
 @dataclass(frozen=True)
 class Runs:
