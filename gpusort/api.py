@@ -94,7 +94,8 @@ def argsort(
     array([0, 2, 1, 3])
     """
     x = _as_keys(x, axis, "x")
-    _, positions = _sort(x, None, descending, chunks, backend, gpu_memory_budget, positions=True)
+    _, positions = _sort(x, None, descending, chunks, backend, gpu_memory_budget, positions=True,
+                         keys_returned=False)
     return positions
 
 
@@ -174,13 +175,14 @@ def output_chunk(chunks: Any, n: int, nparts: int) -> int:
     return int(min(chunks, max(n, 1)))
 
 
-def _sort(keys, values, descending, chunks, backend, gpu_memory_budget, *, positions):
+def _sort(keys, values, descending, chunks, backend, gpu_memory_budget, *, positions, keys_returned=True):
     if not isinstance(descending, (bool, np.bool_)):
         raise TypeError(f"descending must be True or False; got {descending!r}")
     budget = parse_budget(gpu_memory_budget)
     backend = backend_spec(resolve_backend(backend, keys._meta), budget)
     chunk = output_chunk(chunks, keys.shape[0], keys.numblocks[0])
-    runs = graph.form_runs(keys, values, descending=bool(descending), backend=backend, positions=positions)
+    runs = graph.form_runs(keys, values, descending=bool(descending), backend=backend, positions=positions,
+                           keys_returned=keys_returned)
     return graph.merge_sorted_runs(
         runs, key_dtype=keys.dtype, descending=bool(descending), chunk=chunk, backend=backend
     )

@@ -50,7 +50,8 @@ class Runs:
     """``P`` sorted runs in a Dask graph.
 
     Task ``(name, k)`` computes run ``k``: a pair ``(order_keys, values)``
-    sorted ascending (NaN last), ``values`` ``None`` for keys only.
+    sorted ascending, ``values`` ``None`` for keys only; ``scheme`` is the
+    order-key scheme (:mod:`gpusort.order`) the keys were encoded with.
     """
 
     graph: HighLevelGraph
@@ -59,6 +60,7 @@ class Runs:
     okey_dtype: np.dtype
     value_dtype: np.dtype | None
     meta: Any
+    scheme: order.Scheme = "exact"
 
     def arrays(self) -> tuple[da.Array, da.Array | None]:
         """The runs' order keys and values as Dask arrays, one chunk per run."""
@@ -69,8 +71,8 @@ class Runs:
         return keys, _field(self.graph, self.name, 1, "run-values", chunks, self.meta, self.value_dtype)
 
     @classmethod
-    def from_arrays(cls, okeys: da.Array, values: da.Array | None = None) -> "Runs":
-        """Runs whose blocks are already sorted order keys (and their values)."""
+    def from_arrays(cls, okeys: da.Array, values: da.Array | None = None, scheme: order.Scheme = "exact") -> "Runs":
+        """Runs whose blocks are already sorted order keys (and their values), encoded with ``scheme``."""
         if values is not None and values.chunks != okeys.chunks:
             # Run k pairs block k of each: other chunks would pair keys with other keys' values.
             raise ValueError(f"values has chunks {values.chunks} but okeys has {okeys.chunks}; they must match")
@@ -85,6 +87,7 @@ class Runs:
             okeys.dtype,
             None if values is None else values.dtype,
             okeys._meta,
+            scheme,
         )
 
 
@@ -100,7 +103,7 @@ def _field(graph, name, field, label, chunks, meta, dtype) -> da.Array:
     return da.Array(_extend(graph, out, dsk, name), out, chunks, meta=meta_from_array(meta, ndim=1, dtype=dtype))
 
 
-def _sort_chunk(backend: str, descending: bool, keys, values, offset, declared) -> Pair:
+def _sort_chunk(backend: str, descending: bool, scheme: order.Scheme, keys, values, offset, declared) -> Pair:
     k, length, dtype, value_dtype = declared
     # The splitters trust the declared chunk lengths, so a chunk that loads
     # short, long or as another dtype would silently lose or garble elements
@@ -114,7 +117,7 @@ def _sort_chunk(backend: str, descending: bool, keys, values, offset, declared) 
             )
     if offset is not None:  # argsort: the values are global positions
         values = namespace(keys).arange(offset, offset + len(keys), dtype=np.int64)
-    return get_backend(backend).sort_run(order.encode(keys, descending), values)
+    return get_backend(backend).sort_run(order.encode(keys, descending, scheme), values)
 
 
 def form_runs(
@@ -124,20 +127,25 @@ def form_runs(
     descending: bool,
     backend: str,
     positions: bool = False,
+    keys_returned: bool = True,
 ) -> Runs:
     """Phase 1: every chunk of ``keys`` (and ``values``) becomes a sorted run.
 
     With ``positions=True`` the values are int64 positions into ``keys``
-    (argsort) and ``values`` must be ``None``.
+    (argsort) and ``values`` must be ``None``.  ``keys_returned=False`` says
+    that only the values will be used (argsort), which lets float keys tie
+    their zeros and NaNs in integer order keys (:func:`gpusort.order.scheme_for`).
     """
-    name = "runs-" + tokenize(keys, values, descending, backend, positions)
+    stable = values is not None or positions
+    scheme = order.scheme_for(stable, keys_returned)
+    name = "runs-" + tokenize(keys, values, descending, backend, positions, scheme)
     lengths = tuple(int(c) for c in keys.chunks[0])
     offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).tolist()
     vkeys = values.__dask_keys__() if values is not None else [None] * len(lengths)
     vdtype = None if values is None else values.dtype
     dsk = {
         (name, k): (
-            _sort_chunk, backend, descending, kk, vk, offsets[k] if positions else None,
+            _sort_chunk, backend, descending, scheme, kk, vk, offsets[k] if positions else None,
             (k, lengths[k], keys.dtype, vdtype),
         )
         for k, (kk, vk) in enumerate(zip(keys.__dask_keys__(), vkeys, strict=True))
@@ -148,9 +156,10 @@ def form_runs(
         HighLevelGraph.from_collections(name, dsk, dependencies=deps),
         name,
         lengths,
-        order.order_dtype(keys.dtype),
+        order.order_dtype(keys.dtype, scheme),
         value_dtype,
         keys._meta,
+        scheme,
     )
 
 
@@ -171,14 +180,14 @@ def _slice(run: Pair, splits: np.ndarray, j: int, k: int) -> Pair:
     return keys[a:b], None if values is None else values[a:b]
 
 
-def _merge(backend: str, dtype: np.dtype, descending: bool, *pieces: Pair) -> Pair:
+def _merge(backend: str, dtype: np.dtype, descending: bool, scheme: order.Scheme, *pieces: Pair) -> Pair:
     okeys, values = get_backend(backend).merge_runs(pieces)
-    return order.decode(okeys, dtype, descending), values
+    return order.decode(okeys, dtype, descending, scheme), values
 
 
-def _merge_local(backend, dtype, descending, splits, j, *runs: Pair) -> Pair:
+def _merge_local(backend, dtype, descending, scheme, splits, j, *runs: Pair) -> Pair:
     """:func:`_merge` of output chunk ``j``, cutting its slices from whole runs."""
-    return _merge(backend, dtype, descending, *(_slice(run, splits, j, k) for k, run in enumerate(runs)))
+    return _merge(backend, dtype, descending, scheme, *(_slice(run, splits, j, k) for k, run in enumerate(runs)))
 
 
 def slice_locally() -> bool:
@@ -246,12 +255,12 @@ def merge_sorted_runs(
     dtype = np.dtype(key_dtype)
     for j in range(len(ranks) - 1):
         if local:
-            dsk[("merge-" + token, j)] = (_merge_local, backend, dtype, descending, splits, j, *run_keys)
+            dsk[("merge-" + token, j)] = (_merge_local, backend, dtype, descending, runs.scheme, splits, j, *run_keys)
             continue
         for k, rk in enumerate(run_keys):
             dsk[("slice-" + token, j, k)] = (_slice, rk, splits, j, k)
         pieces = [("slice-" + token, j, k) for k in range(nruns)]
-        dsk[("merge-" + token, j)] = (_merge, backend, dtype, descending, *pieces)
+        dsk[("merge-" + token, j)] = (_merge, backend, dtype, descending, runs.scheme, *pieces)
     name = "merge-" + token
     graph = _extend(runs.graph, name, dsk, runs.name)
     chunks = (tuple(int(c) for c in np.diff(ranks)),)

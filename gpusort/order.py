@@ -1,36 +1,57 @@
-"""Order keys: one ascending, NaN-last order for every key dtype and direction.
+"""Order keys: one ascending order for every key dtype, direction and tie rule.
 
 The pipeline sorts *order keys* instead of user keys.  ``encode`` maps a key
-array to an array whose stable ascending sort (NaN last, as NumPy sorts) is
-the order the user asked for; ``decode`` is its exact inverse, bit for bit
-(NaN payloads and the sign of zero survive; a keys-only sort on the NumPy
-backend still returns whatever ``np.sort`` makes of float16 NaN payloads and
-of zeros' signs, equal keys all).  So the splitters, the merges and
-every backend only ever need one comparison: ascending, NaN last, and
-``-0.0 == 0.0`` ties keep their input order, as ``np.argsort(kind="stable")``.
+array to an array whose ascending sort is the order the user asked for;
+``decode`` is its inverse.  So the splitters, the merges and every backend
+only ever need one comparison, ascending, and never see a float, a NaN or a
+descending order unless a scheme asks for it.
+
+Floats get *integer* order keys: a backend's integer sort cannot misplace
+``-0.0`` or NaN (NumPy's SIMD float16 sort does, on some CPUs), and an
+integer map is exact where float arithmetic is not (negating a NaN may
+rewrite its bits).  Three schemes, by what the sort must keep:
+
+``"exact"`` (keys only: ``sort``)
+    A bijection onto unsigned integers of the key's width, so the output holds
+    exactly the input's bits.  Ascending: ``-inf … -0.0, 0.0 … inf`` then
+    every NaN; descending: ``inf … 0.0, -0.0 … -inf`` then every NaN.  Equal
+    keys are equal bits, so no tie order is needed.
+``"tied"`` (stable, keys not returned: ``argsort``)
+    ``"exact"`` after mapping ``-0.0`` to ``0.0`` and every NaN to one NaN:
+    those ties keep input order, as ``np.argsort(kind="stable")``.
+``"float"`` (stable, keys returned: ``sort_by_key``)
+    The floats themselves, compared as floats (NaN last, ``-0.0 == 0.0``),
+    descending by flipping the sign bit of every non-NaN key; decoding flips
+    it back, so every bit survives.  Backends sort these with their stable,
+    comparison-based sorts only.
+
+Integers, bool, datetime64 and timedelta64 have one scheme: their order keys
+are exact and equal keys are equal bits.
 
 =================  ===============  ========================================
 key dtype          order dtype      descending
 =================  ===============  ========================================
 int*, uint*        same             ``~x`` (reverses two's complement order)
-float16/32/64      same             ``-x`` (NaN stays NaN, so stays last)
 bool               uint8            ``~x``
 datetime64, NaT    int64            ``~x``; ascending ``x - 1`` moves NaT
 timedelta64                         (int64 min) to the top, as NumPy does
+float16/32/64      uint16/32/64     see the schemes above
 =================  ===============  ========================================
 
-All operations are elementwise methods, so NumPy and CuPy arrays both work.
-Order keys are always in native byte order: ``encode`` swaps big-endian keys
-once, and ``decode`` swaps them back to the user's dtype.
+All operations are elementwise array methods and operators, so NumPy and
+CuPy arrays both work.  Order keys are always in native byte order: ``encode``
+swaps big-endian keys once, and ``decode`` swaps them back to the user's dtype.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+SCHEMES = ("exact", "tied", "float")
+Scheme = Literal["exact", "tied", "float"]
 
 
 def check_key_dtype(dtype: Any, argname: str = "x") -> np.dtype:
@@ -53,41 +74,136 @@ def check_key_dtype(dtype: Any, argname: str = "x") -> np.dtype:
     )
 
 
-def order_dtype(dtype: Any) -> np.dtype:
+def scheme_for(stable: bool, keys_returned: bool) -> Scheme:
+    """The order-key scheme a sort needs: see the module docstring.
+
+    Examples
+    --------
+    >>> scheme_for(stable=False, keys_returned=True), scheme_for(True, False), scheme_for(True, True)
+    ('exact', 'tied', 'float')
+    """
+    if not stable:
+        return "exact"
+    return "float" if keys_returned else "tied"
+
+
+def order_dtype(dtype: Any, scheme: Scheme = "tied") -> np.dtype:
     """The dtype of the order keys that ``encode`` makes from ``dtype`` keys."""
     dtype = np.dtype(dtype).newbyteorder("=")
     if dtype.kind == "b":
         return np.dtype(np.uint8)
     if dtype.kind in "mM":
         return np.dtype(np.int64)
+    if dtype.kind == "f" and scheme != "float":
+        return np.dtype(f"u{dtype.itemsize}")
     return dtype
 
 
-def encode(keys: Any, descending: bool) -> Any:
-    """Order keys for ``keys``; a view (no copy) where nothing changes."""
+def encode(keys: Any, descending: bool, scheme: Scheme = "tied") -> Any:
+    """Order keys for ``keys``; a view (no copy) where nothing changes.
+
+    Examples
+    --------
+    >>> x = np.array([1.0, np.nan, -0.0, -2.0, 0.0])
+    >>> np.argsort(encode(x, False), kind="stable").tolist()      # NaN last, the zeros tied
+    [3, 2, 4, 0, 1]
+    >>> np.argsort(encode(x, True, "exact"), kind="stable").tolist()  # 0.0 before -0.0
+    [0, 4, 2, 3, 1]
+    """
+    _check_scheme(scheme)
     if not keys.dtype.isnative:
         # Merges concatenate runs, and concatenation yields native byte order:
         # swapping once here keeps the order keys' dtype what order_dtype says.
         keys = keys.astype(keys.dtype.newbyteorder("="))
     kind = keys.dtype.kind
+    if kind == "f":
+        return _encode_float(keys, descending, scheme)
     if kind == "b":
         keys = keys.view(np.uint8)
     elif kind in "mM":
         keys = keys.view(np.int64)
         return ~keys if descending else keys - 1
-    if not descending:
-        return keys
-    return -keys if kind == "f" else ~keys
+    return ~keys if descending else keys
 
 
-def decode(okeys: Any, dtype: Any, descending: bool) -> Any:
-    """User keys of ``dtype`` back from order keys: the inverse of ``encode``."""
+def decode(okeys: Any, dtype: Any, descending: bool, scheme: Scheme = "tied") -> Any:
+    """User keys of ``dtype`` back from order keys: the inverse of ``encode``.
+
+    Exact for every scheme but ``"tied"``, which returns ``0.0`` for either
+    zero and one NaN for every NaN (it serves sorts that return positions).
+    """
+    _check_scheme(scheme)
     dtype = np.dtype(dtype)
     native = dtype.newbyteorder("=")
     if native.kind in "mM":
         keys = (~okeys if descending else okeys + 1).view(native)
+    elif native.kind == "f":
+        keys = _decode_float(okeys, native, descending, scheme)
     else:
         if descending:
-            okeys = -okeys if native.kind == "f" else ~okeys
+            okeys = ~okeys
         keys = okeys.view(native) if okeys.dtype != native else okeys
     return keys if native == dtype else keys.astype(dtype)
+
+
+def _check_scheme(scheme: str) -> None:
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme={scheme!r} is not an order-key scheme; use one of {SCHEMES}")
+
+
+class _Bits:
+    """The bit layout of one float width, as unsigned integer constants."""
+
+    def __init__(self, dtype: np.dtype):
+        self.uint = np.dtype(f"u{dtype.itemsize}")
+        self.int = np.dtype(f"i{dtype.itemsize}")
+        self.shift = self.int.type(8 * dtype.itemsize - 1)
+        self.sign = self.uint.type(1 << (8 * dtype.itemsize - 1))
+        inf = np.array(np.inf, dtype).view(self.uint)
+        # How many NaN bit patterns one sign has: every magnitude above inf's.
+        self.nans = self.uint.type(int(self.sign) - 1 - int(inf))
+        self.canonical_nan = np.array(np.nan, dtype).view(self.uint)
+
+    def signs(self, u: Any) -> Any:
+        """All ones where ``u``'s sign bit is set, else zero (an arithmetic shift)."""
+        return (u.view(self.int) >> self.shift).view(self.uint)
+
+
+def _encode_float(keys: Any, descending: bool, scheme: Scheme) -> Any:
+    b = _Bits(keys.dtype)
+    if scheme == "float":
+        if not descending:
+            return keys
+        u = keys.view(b.uint)
+        return (u ^ (b.sign * (keys == keys).astype(b.uint))).view(keys.dtype)
+    u = keys.view(b.uint)
+    if scheme == "tied":
+        # One bit pattern per tie class: both zeros become +0.0 (all bits
+        # clear), every NaN the canonical one.  Integer arithmetic on masks
+        # (it wraps modulo 2^bits) rather than `where`: NumPy and CuPy alike.
+        u = u * (keys != 0).astype(b.uint)
+        u = u + (keys != keys).astype(b.uint) * (b.canonical_nan - u)
+    # The classic float-to-integer map (negatives: all bits flipped; positives:
+    # the sign bit set) orders -NaN < -inf < … < -0 < +0 < … < inf < +NaN; the
+    # negative NaNs sit at the bottom, so subtracting their count (modulo 2^bits)
+    # rotates them to the top: NaN last, a bijection.  Descending reverses the
+    # classic map first, which puts +NaN at the bottom instead; the same rotation
+    # moves it up.
+    t = u ^ (b.signs(u) | b.sign)
+    if descending:
+        t = ~t
+    return t - b.nans
+
+
+def _decode_float(okeys: Any, dtype: np.dtype, descending: bool, scheme: Scheme) -> Any:
+    b = _Bits(dtype)
+    if scheme == "float":
+        if not descending:
+            return okeys
+        u = okeys.view(b.uint)
+        return (u ^ (b.sign * (okeys == okeys).astype(b.uint))).view(dtype)
+    t = okeys + b.nans
+    if descending:
+        t = ~t
+    # A set top bit marks a non-negative key (its sign bit was set by encode).
+    return (t ^ (~b.signs(t) | b.sign)).view(dtype)

@@ -133,7 +133,7 @@ def sort_zarr(
         on_disk = _store(runs.arrays(), [work["dst"] / "runs-keys.zarr", work["dst"] / "runs-positions.zarr"],
                          (run_length,), compressed=False, progress=progress)
         keys, positions = merge_sorted_runs(
-            Runs.from_arrays(*(da.from_zarr(z) for z in on_disk)),
+            Runs.from_arrays(*(da.from_zarr(z) for z in on_disk), scheme=runs.scheme),
             key_dtype=x.dtype, descending=bool(descending), chunk=chunk, backend=backend,
         )
         staged = {name: work[name] / "out.zarr" for name in dests}

@@ -33,11 +33,22 @@ def ref_argsort(x: np.ndarray, descending: bool = False) -> np.ndarray:
     return np.array(sorted(range(len(key)), key=key.__getitem__), dtype=np.int64)
 
 
-def assert_same_keys(got: np.ndarray, want: np.ndarray) -> None:
-    """Equal as keys: NaN matches NaN, NaT matches NaT, -0.0 matches 0.0."""
+def assert_same_keys(got: np.ndarray, want: np.ndarray, bits: str = "multiset") -> None:
+    """Equal as keys (NaN matches NaN, NaT matches NaT, -0.0 matches 0.0), and in their bits.
+
+    ``bits="exact"``: every element has exactly the bits of ``want``'s (a
+    stable sort that returns keys).  ``"multiset"``: the same bit patterns,
+    each as often, in any order among equal keys (``np.sort``'s promise: the
+    input's elements, moved).
+    """
     assert got.dtype == want.dtype, (got.dtype, want.dtype)
     assert got.shape == want.shape, (got.shape, want.shape)
     if got.dtype.kind in "mM":
         np.testing.assert_array_equal(got.view(np.int64), want.view(np.int64))
     else:
         np.testing.assert_array_equal(got, want)  # treats NaN == NaN
+    as_bits = lambda a: np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}") if a.size else a.view(np.uint8)
+    if bits == "exact":
+        np.testing.assert_array_equal(as_bits(got), as_bits(want))
+    else:
+        np.testing.assert_array_equal(np.sort(as_bits(got)), np.sort(as_bits(want)))

@@ -19,18 +19,55 @@ def adversarial(dtype: str) -> np.ndarray:
     return np.array([info.max, info.min, 0, 1, info.max, info.min + 1, 0], dtype=dt)
 
 
+def all_float16() -> np.ndarray:
+    """Every float16 bit pattern: both zeros, both infinities, every NaN payload of either sign."""
+    return np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+
+
+@pytest.mark.parametrize("scheme", order.SCHEMES)
 @pytest.mark.parametrize("descending", [False, True])
 @pytest.mark.parametrize("dtype", KEY_DTYPES)
-def test_encode_orders_like_numpy_and_decodes_bit_exactly(dtype, descending):
+def test_encode_orders_like_numpy_and_decodes_bit_exactly(dtype, descending, scheme):
     x = adversarial(dtype)
     before = x.copy()
-    okeys = order.encode(x, descending)
-    assert okeys.dtype == order.order_dtype(x.dtype)
-    np.testing.assert_array_equal(np.argsort(okeys, kind="stable"), ref_argsort(x, descending))
-    back = order.decode(okeys, x.dtype, descending)
+    okeys = order.encode(x, descending, scheme)
+    assert okeys.dtype == order.order_dtype(x.dtype, scheme)
+    if x.dtype.kind == "f" and scheme != "float":
+        assert okeys.dtype.kind == "u"  # integer order keys: no backend compares floats
+    want = ref_argsort(x, descending)
+    got = np.argsort(okeys, kind="stable")
+    if scheme == "exact":  # ties among zeros and among NaNs are free: compare as keys
+        np.testing.assert_array_equal(x[got], x[want])
+    else:
+        np.testing.assert_array_equal(got, want)
+    back = order.decode(okeys, x.dtype, descending, scheme)
     assert back.dtype == x.dtype
-    np.testing.assert_array_equal(back.view(np.uint8), x.view(np.uint8))  # NaN payloads, -0.0
+    if scheme != "tied":  # "tied" keeps no zero signs or NaN payloads, by design
+        np.testing.assert_array_equal(back.view(np.uint8), x.view(np.uint8))
     np.testing.assert_array_equal(x.view(np.uint8), before.view(np.uint8))
+
+
+@pytest.mark.parametrize("scheme", order.SCHEMES)
+@pytest.mark.parametrize("descending", [False, True])
+def test_every_float16_bit_pattern_orders_and_round_trips(descending, scheme):
+    x = all_float16()
+    okeys = order.encode(x, descending, scheme)
+    if scheme == "exact":
+        assert len(np.unique(okeys)) == 2**16  # a bijection
+    back = order.decode(okeys, x.dtype, descending, scheme)
+    if scheme != "tied":
+        np.testing.assert_array_equal(back.view(np.uint16), x.view(np.uint16))
+    want = ref_argsort(x, descending)
+    got = np.argsort(okeys, kind="stable")
+    if scheme == "exact":
+        np.testing.assert_array_equal(x[got], x[want])
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_scheme_is_checked():
+    with pytest.raises(ValueError, match="scheme='fast'"):
+        order.encode(np.zeros(2), False, "fast")
 
 
 @pytest.mark.parametrize(
