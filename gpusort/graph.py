@@ -8,10 +8,15 @@ Layers, in the order they run (constant rounds, whatever ``P`` and ``N``):
 ``plan-``     one task: per-run windows that bracket every split.
 ``windows-``  one task per run: its window keys, cut where the run lives.
 ``splits-``   one task: exact split vectors for every output boundary.
-``slice-``    one task per (output chunk, run): the run's part of that chunk,
-              cut where the run lives, so no task pulls a whole run.
 ``merge-``    one task per output chunk: a k-way merge of exactly its slices,
               then the order keys decoded back to the user's dtype.
+
+Where the runs live in several worker processes the merges get their slices
+through an exchange (:mod:`gpusort.exchange`): one ``transfer-`` task per run
+and P2P's ``shuffle-barrier-`` task between the splits and the merges, the
+data moving worker to worker in bulk.  In one process the merges cut their
+slices from the runs themselves (:func:`exchange_method`).  Either way the
+graph has ``O(P + J)`` tasks.
 
 Phase 1 (:func:`form_runs`) and phases 2-3 (:func:`merge_sorted_runs`) meet
 in :class:`Runs`, so runs may also come from elsewhere: the Zarr external
@@ -41,7 +46,8 @@ from gpusort.backends import Pair, get_backend, namespace, to_numpy
 PHASES: dict[str, tuple[str, ...]] = {
     "runs": ("runs",),
     "splitters": ("samples", "plan", "windows", "splits"),
-    "merges": ("slice", "merge"),
+    "exchange": ("transfer", "shuffle"),
+    "merges": ("merge",),
 }
 
 
@@ -96,27 +102,117 @@ def _extend(graph: HighLevelGraph, name: str, dsk: dict, *deps: str) -> HighLeve
     return HighLevelGraph({**graph.layers, name: dsk}, {**graph.dependencies, name: set(deps)})
 
 
-def _field(graph, name, field, label, chunks, meta, dtype) -> da.Array:
-    """Field ``field`` of the pairs that tasks ``(name, i)`` compute, as an array."""
+def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[int, int]] | None = None) -> da.Array:
+    """Field ``field`` of the pairs that tasks ``(name, b)`` compute, as an array.
+
+    With ``blocks`` (chunk ranges ``[a, b)``, one per task), task ``b``
+    computes several consecutive chunks and chunk ``i`` is a view of it.
+    """
     out = f"{label}-{tokenize(name, field)}"
-    dsk = {(out, i): (operator.getitem, (name, i), field) for i in range(len(chunks[0]))}
+    if blocks is None:
+        dsk = {(out, i): (operator.getitem, (name, i), field) for i in range(len(chunks[0]))}
+    else:
+        starts = np.concatenate(([0], np.cumsum(chunks[0]))).tolist()
+        dsk = {
+            (out, i): (_cut, (name, t), field, starts[i] - starts[a], starts[i + 1] - starts[a])
+            for t, (a, b) in enumerate(blocks)
+            for i in range(a, b)
+        }
     return da.Array(_extend(graph, out, dsk, name), out, chunks, meta=meta_from_array(meta, ndim=1, dtype=dtype))
 
 
-def _sort_chunk(backend: str, descending: bool, scheme: order.Scheme, keys, values, offset, declared) -> Pair:
-    k, length, dtype, value_dtype = declared
+def _cut(pair: Pair, field: int, start: int, stop: int) -> Any:
+    return pair[field][start:stop]
+
+
+#: Bounds of the data one run or one merge task takes when chunks are small:
+#: tiny chunks are batched up to ``TASK_BYTES[0]``, or to an equal share of the
+#: data per thread when that is more, but never past ``TASK_BYTES[1]``.  Every
+#: task costs the scheduler about a millisecond, so 256 chunks of 128 KiB cost
+#: more in tasks than in sorting; batched, the graph grows with the data.
+TASK_BYTES = (8 * 2**20, 64 * 2**20)
+
+
+def task_bytes(total_bytes: int) -> int:
+    """How much data one run or merge task may batch: ``dask.config`` ``gpusort.task-bytes``.
+
+    ``"auto"`` (the default) takes an equal share of ``total_bytes`` per thread
+    (:func:`threads`) within :data:`TASK_BYTES`; a size (``"16MiB"``, or bytes)
+    sets it; ``0`` batches nothing, one chunk per task.
+    """
+    setting = dask.config.get("gpusort.task-bytes", "auto")
+    if setting == "auto":
+        return min(max(TASK_BYTES[0], total_bytes // threads()), TASK_BYTES[1])
+    try:
+        return int(dask.utils.parse_bytes(setting) if isinstance(setting, str) else setting)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"dask config gpusort.task-bytes={setting!r}; use 'auto', a size like '16MiB', or 0") from exc
+
+
+def task_groups(lengths: tuple[int, ...], element_bytes: int, target: int) -> list[tuple[int, int]]:
+    """Consecutive chunks batched into tasks of at most ``target`` bytes: ranges ``[a, b)`` of chunk indices.
+
+    A chunk of ``target`` bytes or more is a task of its own; smaller
+    neighbours are batched while the batch stays within ``target``.
+
+    Examples
+    --------
+    >>> task_groups((2**20,) * 8, 8, 32 * 2**20)
+    [(0, 4), (4, 8)]
+    >>> task_groups((2**14,) * 256, 8, 8 * 2**20)
+    [(0, 64), (64, 128), (128, 192), (192, 256)]
+    >>> task_groups((2**24,) * 3, 8, 8 * 2**20)
+    [(0, 1), (1, 2), (2, 3)]
+    """
+    groups: list[tuple[int, int]] = []
+    size = 0
+    for i, n in enumerate(lengths):
+        nbytes = n * element_bytes
+        if groups and size + nbytes <= target:
+            groups[-1] = (groups[-1][0], i + 1)
+            size += nbytes
+        else:
+            groups.append((i, i + 1))
+            size = nbytes
+    return groups
+
+
+def threads() -> int:
+    """Threads that will run the graph: the distributed client's workers', or the local pool's."""
+    try:
+        from distributed import default_client
+
+        info = default_client().scheduler_info(n_workers=-1)
+        return max(1, sum(w.get("nthreads", 1) for w in info["workers"].values()))
+    except (ImportError, ValueError):
+        from dask.system import CPU_COUNT
+
+        return dask.config.get("num_workers", None) or CPU_COUNT
+
+
+def _sort_chunks(backend: str, descending: bool, scheme: order.Scheme, offset: int | None, declared: list,
+                 *chunks: Any) -> Pair:
+    """One run: the order keys of consecutive input chunks, sorted (values, or positions from ``offset``)."""
+    keys, values = chunks[0::2], chunks[1::2]
     # The splitters trust the declared chunk lengths, so a chunk that loads
     # short, long or as another dtype would silently lose or garble elements
     # downstream: stop at the chunk, by name.  Byte order alone may differ.
-    for what, got, want in (("keys", keys, dtype), ("values", values, value_dtype)):
-        if got is not None and (len(got) != length or not np.can_cast(got.dtype, want, "equiv")):
-            raise ValueError(
-                f"input chunk {k} loaded {len(got)} {what} of dtype {got.dtype}, but its dask array "
-                f"declares {length} of dtype {want}: fix the source of chunk {k}, or declare the "
-                "array's real chunks and dtype"
-            )
+    for (k, length, dtype, value_dtype), kc, vc in zip(declared, keys, values):
+        for what, got, want in (("keys", kc, dtype), ("values", vc, value_dtype)):
+            if got is not None and (len(got) != length or not np.can_cast(got.dtype, want, "equiv")):
+                raise ValueError(
+                    f"input chunk {k} loaded {len(got)} {what} of dtype {got.dtype}, but its dask array "
+                    f"declares {length} of dtype {want}: fix the source of chunk {k}, or declare the "
+                    "array's real chunks and dtype"
+                )
+    xp = namespace(keys[0])
+    keys = keys[0] if len(keys) == 1 else xp.concatenate(keys)
     if offset is not None:  # argsort: the values are global positions
-        values = namespace(keys).arange(offset, offset + len(keys), dtype=np.int64)
+        values = xp.arange(offset, offset + len(keys), dtype=np.int64)
+    elif values[0] is None:
+        values = None
+    else:  # concatenate would make the dtype native-endian: keep the declared one
+        values = values[0] if len(values) == 1 else xp.concatenate(values, dtype=declared[0][3])
     return get_backend(backend).sort_run(order.encode(keys, descending, scheme), values)
 
 
@@ -128,34 +224,40 @@ def form_runs(
     backend: str,
     positions: bool = False,
     keys_returned: bool = True,
+    batch: bool = True,
 ) -> Runs:
-    """Phase 1: every chunk of ``keys`` (and ``values``) becomes a sorted run.
+    """Phase 1: consecutive chunks of ``keys`` (and ``values``) become sorted runs.
 
     With ``positions=True`` the values are int64 positions into ``keys``
     (argsort) and ``values`` must be ``None``.  ``keys_returned=False`` says
     that only the values will be used (argsort), which lets float keys tie
     their zeros and NaNs in integer order keys (:func:`gpusort.order.scheme_for`).
+    Small chunks are batched into runs (:func:`task_groups`, :func:`task_bytes`)
+    unless ``batch=False``, which makes one run per chunk.
     """
     stable = values is not None or positions
     scheme = order.scheme_for(stable, keys_returned)
-    name = "runs-" + tokenize(keys, values, descending, backend, positions, scheme)
     lengths = tuple(int(c) for c in keys.chunks[0])
-    offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).tolist()
-    vkeys = values.__dask_keys__() if values is not None else [None] * len(lengths)
     vdtype = None if values is None else values.dtype
-    dsk = {
-        (name, k): (
-            _sort_chunk, backend, descending, scheme, kk, vk, offsets[k] if positions else None,
-            (k, lengths[k], keys.dtype, vdtype),
-        )
-        for k, (kk, vk) in enumerate(zip(keys.__dask_keys__(), vkeys, strict=True))
-    }
-    deps = [keys] if values is None else [keys, values]
     value_dtype = np.dtype(np.int64) if positions else vdtype
+    element = keys.dtype.itemsize + (0 if value_dtype is None else value_dtype.itemsize)
+    target = task_bytes(sum(lengths) * element) if batch else 0
+    groups = task_groups(lengths, element, target)
+    name = "runs-" + tokenize(keys, values, descending, backend, positions, scheme, groups)
+    offsets = np.concatenate(([0], np.cumsum(lengths))).tolist()
+    kkeys = keys.__dask_keys__()
+    vkeys = values.__dask_keys__() if values is not None else [None] * len(lengths)
+    dsk = {}
+    for r, (a, b) in enumerate(groups):
+        declared = [(k, lengths[k], keys.dtype, vdtype) for k in range(a, b)]
+        inputs = [x for k in range(a, b) for x in (kkeys[k], vkeys[k])]
+        dsk[(name, r)] = (_sort_chunks, backend, descending, scheme, offsets[a] if positions else None,
+                          declared, *inputs)
+    deps = [keys] if values is None else [keys, values]
     return Runs(
         HighLevelGraph.from_collections(name, dsk, dependencies=deps),
         name,
-        lengths,
+        tuple(offsets[b] - offsets[a] for a, b in groups),
         order.order_dtype(keys.dtype, scheme),
         value_dtype,
         keys._meta,
@@ -180,43 +282,43 @@ def _slice(run: Pair, splits: np.ndarray, j: int, k: int) -> Pair:
     return keys[a:b], None if values is None else values[a:b]
 
 
-def _merge(backend: str, dtype: np.dtype, descending: bool, scheme: order.Scheme, *pieces: Pair) -> Pair:
+def merge_pieces(backend: Any, dtype: np.dtype, descending: bool, scheme: order.Scheme, pieces: list[Pair]) -> Pair:
+    """One output chunk: the k-way merge of its pieces (in run order), decoded to ``dtype``."""
     okeys, values = get_backend(backend).merge_runs(pieces)
     return order.decode(okeys, dtype, descending, scheme), values
 
 
 def _merge_local(backend, dtype, descending, scheme, splits, j, *runs: Pair) -> Pair:
-    """:func:`_merge` of output chunk ``j``, cutting its slices from whole runs."""
-    return _merge(backend, dtype, descending, scheme, *(_slice(run, splits, j, k) for k, run in enumerate(runs)))
+    """Output chunk ``j``, cutting its slices from whole runs."""
+    return merge_pieces(backend, dtype, descending, scheme, [_slice(run, splits, j, k) for k, run in enumerate(runs)])
 
 
-def slice_locally() -> bool:
-    """Whether merges may cut their slices themselves rather than in slice tasks.
+def exchange_method() -> str:
+    """How output chunks get their slices: ``"local"`` or ``"p2p"``.
 
-    Slice tasks exist so that only slices travel between workers, at the
-    price of one task per (output chunk, run).  Where every run already sits
-    in the merging process — the threaded and synchronous schedulers, or a
-    distributed cluster of one worker — they are pure scheduling overhead
-    (about 6 s for 64 x 64 chunks on a 2-worker cluster), so the merges take
-    whole runs and slice them as views.  Dask picks its shuffle the same way
-    (P2P only with a distributed client).  The choice is made when the graph
-    is built: a graph built for one process and computed on a multi-worker
-    cluster stays exact but moves whole runs.  ``dask.config`` key
-    ``gpusort.slicing``: ``"auto"`` (default), ``"tasks"`` or ``"local"``.
+    ``"local"``: every merge cuts its slices from the whole runs, as views.
+    That is free where every run already sits in the merging process -- the
+    threaded and synchronous schedulers, or a distributed cluster of one
+    worker -- and moves whole runs anywhere else.  ``"p2p"``: the runs are
+    cut into slabs and exchanged between workers through distributed's P2P
+    shuffle machinery (:mod:`gpusort.exchange`), so only slices travel, in
+    bulk.  ``"auto"`` (the default) picks ``"p2p"`` on a distributed client
+    with several workers, else ``"local"``, when the graph is built -- as Dask
+    picks its own shuffle method.  ``dask.config`` key ``gpusort.exchange``.
     """
-    mode = dask.config.get("gpusort.slicing", "auto")
-    if mode not in ("auto", "tasks", "local"):
-        raise ValueError(f"dask config gpusort.slicing={mode!r}; use 'auto', 'tasks' or 'local'")
-    if mode != "auto":
-        return mode == "local"
+    method = dask.config.get("gpusort.exchange", "auto")
+    if method not in ("auto", "p2p", "local"):
+        raise ValueError(f"dask config gpusort.exchange={method!r}; use 'auto', 'p2p' or 'local'")
+    if method != "auto":
+        return method
     try:
         from distributed import default_client
 
         client = default_client()
     except (ImportError, ValueError):  # no distributed client: a local scheduler
-        return dask.config.get("scheduler", "threads") in ("threads", "threading", "sync", "synchronous", "single-threaded")
+        return "local"
     info = client.scheduler_info(n_workers=2)
-    return info.get("n_workers", len(info["workers"])) <= 1
+    return "p2p" if info.get("n_workers", len(info["workers"])) > 1 else "local"
 
 
 def merge_sorted_runs(
@@ -227,19 +329,27 @@ def merge_sorted_runs(
     chunk: int,
     backend: str,
     sample_stride: int | None = None,
+    batch: bool = True,
 ) -> tuple[da.Array, da.Array | None]:
-    """Phases 2-3: exact splitters, then one merge per output chunk.
+    """Phases 2-3: exact splitters, then one merge per block of consecutive output chunks.
 
     Returns the sorted keys (decoded to ``key_dtype``) and the values in the
     same order (``None`` for keys only), in chunks of ``chunk`` elements, the
-    last one the remainder.
+    last one the remainder.  Small chunks are merged in blocks (:func:`task_groups`)
+    unless ``batch=False``, which merges every chunk in a task of its own.
     """
     n, nruns = sum(runs.lengths), len(runs.lengths)
     ranks = corank.output_ranks(n, chunk)
-    inner = ranks[1:-1]
+    sizes = tuple(int(c) for c in np.diff(ranks))
+    element = runs.okey_dtype.itemsize + (0 if runs.value_dtype is None else runs.value_dtype.itemsize)
+    blocks = task_groups(sizes, element, task_bytes(n * element) if batch else 0)
+    # Merges split the runs only at block edges; inside a block its chunks are
+    # consecutive ranks of one merged array.
+    edges = ranks[[a for a, _ in blocks] + [blocks[-1][1]]]
+    inner = edges[1:-1]
     g = sample_stride or corank.sample_stride(n, nruns, len(inner))
-    local = slice_locally()
-    token = tokenize(runs.name, key_dtype, descending, chunk, backend, g, local)
+    method = exchange_method()
+    token = tokenize(runs.name, key_dtype, descending, chunk, backend, g, method, blocks)
     run_keys = [(runs.name, k) for k in range(nruns)]
     dsk: dict = {}
     splits = ("splits-" + token,)
@@ -253,18 +363,20 @@ def merge_sorted_runs(
     else:
         dsk[splits] = (corank.split_vectors, list(runs.lengths), inner)
     dtype = np.dtype(key_dtype)
-    for j in range(len(ranks) - 1):
-        if local:
-            dsk[("merge-" + token, j)] = (_merge_local, backend, dtype, descending, runs.scheme, splits, j, *run_keys)
-            continue
-        for k, rk in enumerate(run_keys):
-            dsk[("slice-" + token, j, k)] = (_slice, rk, splits, j, k)
-        pieces = [("slice-" + token, j, k) for k in range(nruns)]
-        dsk[("merge-" + token, j)] = (_merge, backend, dtype, descending, runs.scheme, *pieces)
-    name = "merge-" + token
+    if method == "p2p":
+        from gpusort.exchange import exchange_layer
+
+        spec = dict(nruns=nruns, nchunks=len(blocks), backend=backend, key_dtype=dtype,
+                    descending=descending, scheme=runs.scheme)
+        tasks, name = exchange_layer(run_keys, splits, token, spec)
+        dsk.update(tasks)
+    else:
+        name = "merge-" + token
+        for t in range(len(blocks)):
+            dsk[(name, t)] = (_merge_local, backend, dtype, descending, runs.scheme, splits, t, *run_keys)
     graph = _extend(runs.graph, name, dsk, runs.name)
-    chunks = (tuple(int(c) for c in np.diff(ranks)),)
-    keys = _field(graph, name, 0, "sorted", chunks, runs.meta, np.dtype(key_dtype))
+    chunks = (sizes,)
+    keys = _field(graph, name, 0, "sorted", chunks, runs.meta, dtype, blocks)
     if runs.value_dtype is None:
         return keys, None
-    return keys, _field(graph, name, 1, "sorted-values", chunks, runs.meta, runs.value_dtype)
+    return keys, _field(graph, name, 1, "sorted-values", chunks, runs.meta, runs.value_dtype, blocks)

@@ -128,13 +128,13 @@ def sort_zarr(
         # One work directory beside each destination: the finished array
         # moves into place by a rename within one file system.
         work = {name: stack.enter_context(_work_dir(path)) for name, path in dests.items()}
-        runs = form_runs(x, None, descending=bool(descending), backend=backend,
+        runs = form_runs(x, None, descending=bool(descending), backend=backend, batch=False,
                          positions="argsort_dst" in dests)
         on_disk = _store(runs.arrays(), [work["dst"] / "runs-keys.zarr", work["dst"] / "runs-positions.zarr"],
                          (run_length,), compressed=False, progress=progress)
         keys, positions = merge_sorted_runs(
             Runs.from_arrays(*(da.from_zarr(z) for z in on_disk), scheme=runs.scheme),
-            key_dtype=x.dtype, descending=bool(descending), chunk=chunk, backend=backend,
+            key_dtype=x.dtype, descending=bool(descending), chunk=chunk, backend=backend, batch=False,
         )
         staged = {name: work[name] / "out.zarr" for name in dests}
         _store((keys, positions), [staged["dst"], staged.get("argsort_dst")], (chunk,),

@@ -131,10 +131,12 @@ def descending_order(x: np.ndarray) -> np.ndarray:
 
 
 # One task per layer, roughly half way through its phase (12 runs, 10 output
-# chunks): runs of the other worker are done, the killed worker's runs, samples,
-# windows and slices are lost with it and must be recomputed.
+# chunks, one chunk per task): runs of the other worker are done, the killed
+# worker's runs, samples and windows are lost with it and must be recomputed;
+# a kill during the exchange (a transfer, the barrier, a merge) restarts it.
 PHASES = [("runs", 6), ("samples", 6), ("plan", None), ("windows", 6), ("splits", None),
-          ("slice", 5), ("merge", 5)]
+          ("transfer", 6), ("shuffle", None), ("merge", 5)]
+ONE_CHUNK_PER_TASK = {"gpusort.task-bytes": 0}
 
 
 @pytest.mark.timeout(120)
@@ -147,7 +149,8 @@ def test_worker_killed_mid_phase_result_exact(client, layer, index):
     (marker,) = arm(client.arms, layer, index)
     before = worker_pids(client)
 
-    sk, sv = client.compute(gpusort.sort_by_key(keys, values, chunks=12_500), sync=True)
+    with dask.config.set(ONE_CHUNK_PER_TASK):
+        sk, sv = client.compute(gpusort.sort_by_key(keys, values, chunks=12_500), sync=True)
 
     killed = fired_pid(marker)
     assert killed in before and killed not in worker_pids(client)
@@ -161,7 +164,8 @@ def test_worker_killed_twice_during_argsort_merges(client):
     n = 90_001
     x = skewed(7, n)
     markers = arm(client.arms, "merge", 2, times=2)  # the retried task dies again
-    got = client.compute(gpusort.argsort(da.from_array(x, chunks=7_000), descending=True), sync=True)
+    with dask.config.set(ONE_CHUNK_PER_TASK):
+        got = client.compute(gpusort.argsort(da.from_array(x, chunks=7_000), descending=True), sync=True)
     assert len({fired_pid(m) for m in markers}) == 2
     np.testing.assert_array_equal(got, descending_order(x))
 

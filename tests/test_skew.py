@@ -48,6 +48,13 @@ def skewed_keys(name: str, n: int, seed: int = 0) -> np.ndarray:
     raise ValueError(name)
 
 
+@pytest.fixture(autouse=True)
+def one_chunk_per_task():
+    """These tests are about the splitters: keep them splitting every chunk, unbatched."""
+    with dask.config.set({"gpusort.task-bytes": 0}):
+        yield
+
+
 DISTRIBUTIONS = ["all-equal", "two-values", "zipf-1.1", "99%-one-value", "sorted", "reverse-sorted", "99%-nan"]
 
 

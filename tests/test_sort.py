@@ -170,19 +170,19 @@ def test_empty_and_single_element(scheduler):
         np.testing.assert_array_equal(gpusort.sort(one, descending=True).compute(), [np.nan])
 
 
-@pytest.mark.parametrize("mode, slice_tasks", [("local", 0), ("tasks", 6 * 5)])
-def test_slicing_modes_build_their_graph_and_agree(mode, slice_tasks):
-    x = make_keys(np.random.default_rng(9), "int64", 600, "few")
-    keys = da.from_array(x, chunks=100)  # 6 runs, 5 output chunks of 120
-    with dask.config.set({"gpusort.slicing": mode}):
-        positions = gpusort.argsort(keys, chunks=120)
-    names = [k[0] for k in dict(positions.__dask_graph__()) if isinstance(k, tuple)]
-    assert sum(n.startswith("slice-") for n in names) == slice_tasks
-    np.testing.assert_array_equal(positions.compute(), np.argsort(x, kind="stable"))
+def test_graph_grows_with_the_data_not_with_chunks_times_chunks():
+    x = make_keys(np.random.default_rng(9), "int64", 2**16, "few")
+    for chunks in (2**12, 2**8):  # 16 and 256 chunks in and out
+        positions = gpusort.argsort(da.from_array(x, chunks=chunks), chunks=chunks)
+        tasks = len(dict(positions.__dask_graph__()))
+        # The inputs, one run and one merge (small chunks are batched), one
+        # output view per chunk, a few splitter tasks: no (chunk x chunk) term.
+        assert tasks <= 2 * (2**16 // chunks) + 10, (chunks, tasks)
+        np.testing.assert_array_equal(positions.compute(), np.argsort(x, kind="stable"))
 
 
-def test_slicing_mode_is_checked():
-    with dask.config.set({"gpusort.slicing": "sometimes"}), pytest.raises(ValueError, match="gpusort.slicing"):
+def test_exchange_method_is_checked():
+    with dask.config.set({"gpusort.exchange": "sometimes"}), pytest.raises(ValueError, match="gpusort.exchange"):
         gpusort.sort(da.arange(10, chunks=5))
 
 
