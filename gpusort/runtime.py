@@ -231,7 +231,9 @@ def resolve(kind: str) -> str:
 
 def _start(kind: str, options: dict[str, Any], dashboard: bool) -> Any:
     """A new cluster of ``kind`` ("local", "process" or "cuda") with ``options``."""
-    kw: dict[str, Any] = {"dashboard_address": ":8787" if dashboard else None}
+    # Without a dashboard the scheduler still serves HTTP, at 8787 unless told: ":0"
+    # picks a free port, so clusters side by side do not warn of a clash.
+    kw: dict[str, Any] = {"dashboard_address": ":8787" if dashboard else ":0"}
     for name, keyword in (("workers", "n_workers"), ("threads", "threads_per_worker"),
                           ("memory_limit", "memory_limit"), ("protocol", "protocol")):
         if options[name] is not None:
