@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
-import re
 import subprocess
 import sys
 import time
@@ -87,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except (UserError, OSError) as exc:
         # These name the argument (or file) and the fix; a traceback adds nothing.
-        print(f"gpusort {args.command}: error: {flags(str(exc))}", file=sys.stderr)
+        print(f"gpusort {args.command}: error: {runtime.flags(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"gpusort {args.command}: interrupted", file=sys.stderr)
@@ -205,35 +204,6 @@ def _cluster(args: argparse.Namespace) -> Iterator[Any]:
     """:func:`gpusort.runtime.cluster` as the options say; a cluster that cannot start is a UserError."""
     with contextlib.ExitStack() as stack:
         yield _checked(stack.enter_context, runtime.from_options(args, dashboard=not args.quiet))
-
-
-# Python arguments, as the library's messages name them, and the flags that set them.
-_FLAGS = {"kind": "--cluster", "backend": "--backend", "chunks": "--chunks", "descending": "--descending",
-          "overwrite": "--overwrite", "argsort_dst": "--argsort-dst", "gpu_memory_budget": "--gpu-memory-budget",
-          "temp_dir": "--temp-dir", "workers": "--workers", "threads": "--threads",
-          "memory_limit": "--memory-limit"}
-
-
-def flags(message: str) -> str:
-    """``message`` with the Python arguments it names (``backend='cupy'``) spelt as flags (``--backend cupy``).
-
-    Examples
-    --------
-    >>> flags("gpu_memory_budget applies to backend='cupy' only")
-    '--gpu-memory-budget applies to --backend cupy only'
-    >>> flags("dst: /d/out.zarr exists; pass overwrite=True (gpusort sort --overwrite) to replace it")
-    'dst: /d/out.zarr exists; pass --overwrite to replace it'
-    """
-    def flag(match: re.Match) -> str:
-        name, value = match["name"] or match["bare"], (match["value"] or "").strip("'\"")
-        return _FLAGS[name] + ("" if value in ("", "True") else f" {value}")
-
-    # A name alone is an argument only where no English word is spelt so: with an underscore.
-    bare = "|".join(name for name in _FLAGS if "_" in name)
-    text = re.sub(rf"(?<![\w.-])(?:(?P<name>{'|'.join(_FLAGS)})=(?P<value>'[^']*'|\"[^\"]*\"|[^\s,;:)]+)"
-                  rf"|(?P<bare>{bare}))(?![\w-])", flag, message)
-    # The library's own hint at the flag is now said already.
-    return re.sub(r" \(gpusort \w+ (--[\w-]+)\)", lambda m: "" if text.count(m[1]) > 1 else m[0], text)
 
 
 # --- bench ---------------------------------------------------------------------------------

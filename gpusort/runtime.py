@@ -382,11 +382,58 @@ def add_options(parser: argparse.ArgumentParser, *, gpu: bool = False) -> None:
                                 "(default: dask-cuda's)")
 
 
-def from_options(args: argparse.Namespace, **overrides: Any) -> contextlib.AbstractContextManager:
-    """:func:`cluster` as the options of :func:`add_options` in ``args`` say, ``overrides`` winning."""
+@contextlib.contextmanager
+def from_options(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None,
+                 **overrides: Any) -> Iterator[Any]:
+    """:func:`cluster` as the options of :func:`add_options` in ``args`` say, ``overrides`` winning.
+
+    With ``parser``, a cluster that cannot start (the ValueError of
+    :func:`cluster`) exits the program with status 2 and the reason in one
+    line, naming flags (:func:`flags`).
+    """
     names = ("workers", "threads", "memory_limit", "protocol", "rmm_pool_size", "device_memory_limit", "gpus")
     options = {name: getattr(args, name) for name in names if hasattr(args, name)} | overrides
-    return cluster(options.pop("kind", args.cluster), **options)
+    with contextlib.ExitStack() as stack:
+        try:
+            client = stack.enter_context(cluster(options.pop("kind", args.cluster), **options))
+        except ValueError as exc:
+            if parser is None:
+                raise
+            parser.exit(2, f"{parser.prog}: error: {flags(str(exc))}\n")
+        yield client
+
+
+# Python arguments, as the library's messages name them, and the flags that set them.
+_FLAGS = {"kind": "--cluster", "backend": "--backend", "chunks": "--chunks", "descending": "--descending",
+          "overwrite": "--overwrite", "argsort_dst": "--argsort-dst", "gpu_memory_budget": "--gpu-memory-budget",
+          "temp_dir": "--temp-dir", "workers": "--workers", "threads": "--threads",
+          "memory_limit": "--memory-limit", "gpus": "--gpus", "protocol": "--protocol",
+          "rmm_pool_size": "--rmm-pool-size", "device_memory_limit": "--device-memory-limit"}
+
+
+def flags(message: str) -> str:
+    """``message`` with the Python arguments it names (``backend='cupy'``) spelt as flags (``--backend cupy``).
+
+    The library's messages name its arguments; printed by a command line
+    (``gpusort``, a workflow, a benchmark) they should name its flags.
+
+    Examples
+    --------
+    >>> flags("gpu_memory_budget applies to backend='cupy' only")
+    '--gpu-memory-budget applies to --backend cupy only'
+    >>> flags("dst: /d/out.zarr exists; pass overwrite=True (gpusort sort --overwrite) to replace it")
+    'dst: /d/out.zarr exists; pass --overwrite to replace it'
+    """
+    def flag(match: re.Match) -> str:
+        name, value = match["name"] or match["bare"], (match["value"] or "").strip("'\"")
+        return _FLAGS[name] + ("" if value in ("", "True") else f" {value}")
+
+    # A name alone is an argument only where no English word is spelt so: with an underscore.
+    bare = "|".join(name for name in _FLAGS if "_" in name)
+    text = re.sub(rf"(?<![\w.-])(?:(?P<name>{'|'.join(_FLAGS)})=(?P<value>'[^']*'|\"[^\"]*\"|[^\s,;:)]+)"
+                  rf"|(?P<bare>{bare}))(?![\w-])", flag, message)
+    # The library's own hint at the flag is now said already.
+    return re.sub(r" \(gpusort \w+ (--[\w-]+)\)", lambda m: "" if text.count(m[1]) > 1 else m[0], text)
 
 
 # --- the machine and result files ---------------------------------------------------------------
