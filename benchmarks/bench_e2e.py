@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 from distributed import wait
-from harness import Case, dask_client, gpusort_on_cluster, make_keys, parse_args, persisted_keys, run, task_stats
+from harness import Case, cluster, gpusort_on_cluster, make_keys, parse_args, persisted_keys, run
 
-PHASES = ("runs", "samples", "plan", "windows", "splits", "slice", "merge")
+from gpusort import runtime
 
 
 def main(argv=None) -> int:
@@ -26,15 +26,12 @@ def main(argv=None) -> int:
         p.add_argument("--dtype", default="int64", help="key dtype (default: %(default)s)")
         p.add_argument("--distribution", default="uniform", help="key distribution (default: %(default)s)")
         p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy")
-        p.add_argument("--cluster", choices=("local", "cuda"),
-                       help="LocalCluster or LocalCUDACluster (default: cuda with --backend cupy, else local)")
-        p.add_argument("--workers", type=int, help="LocalCluster worker processes (default: one per core)")
         p.set_defaults(repeat=3)
 
-    args = parse_args(__doc__, argv, options)
+    args = parse_args(__doc__, argv, options, cluster=True)
     params = {"n": args.n, "dtype": args.dtype, "distribution": args.distribution, "chunks": args.chunks}
     chunk = -(-args.n // args.chunks)
-    with dask_client(args.cluster, args.backend == "cupy", args.workers) as client:
+    with cluster(args) as client:
 
         def on_cluster(rep):
             return persisted_keys(args.n, chunk, args.dtype, args.distribution, seed=rep)
@@ -43,8 +40,9 @@ def main(argv=None) -> int:
 
         def check_gpusort(x, out):
             y, start = out
+            phases = runtime.phase_seconds(client, start)  # before the check adds tasks of its own
             np.testing.assert_array_equal(y.compute(), np.sort(x.compute()))
-            return {"phases": {p: s["seconds"] for p, s in task_stats(client, start, PHASES).items()}} | link
+            return {"phases": phases} | link
 
         def sort_dataframe(x):
             import dask.dataframe as dd

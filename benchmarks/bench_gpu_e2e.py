@@ -17,13 +17,13 @@ Groups (``--cases``), each a table and a JSON file, all in one run:
                ``dask.dataframe.sort_values`` on a LocalCluster of every core.
 
 Inputs are fresh (new Dask keys) every repetition and persisted before the
-clock starts; results are persisted, then checked: exactly against
-``cupy.sort`` on the worker for CuPy chunks, and for host chunks by count,
-an order-independent 64-bit hash of the keys, and order within and across
-chunks (computed on the GPU).  Reported per run: time by phase (task seconds
-per prefix ``runs``, ``samples``/``plan``/``windows``/``splits``,
-``slice``/``merge``), bytes moved between workers, peak GPU memory.  A goal
-table closes the run.
+clock starts; results are persisted, then checked with ``gpusort.verify``
+on the GPUs (count, order-independent 64-bit checksum, order within and
+across chunks), and host results for exactly balanced chunks.  Reported per
+run: task seconds by phase (``gpusort.graph.PHASES``), bytes moved between
+workers, peak GPU memory.  A goal table closes the run.  Clusters come from
+``gpusort.runtime.cluster``; ``--dry-run-on-cpu`` runs it all on a CPU
+``LocalCluster`` with ``backend="numpy"``.
 
     python benchmarks/bench_gpu_e2e.py --out results
     python benchmarks/bench_gpu_e2e.py --cases host --n-host 2**31 --gpu-counts 1,2
@@ -32,27 +32,25 @@ table closes the run.
 from __future__ import annotations
 
 import contextlib
-import os
-from typing import Any
+import sys
 
 import dask
 import numpy as np
 from distributed import wait
+from harness import Case, add_ratios, dask_keys, gpusort_on_cluster, parse_args, run_cases
 
-from gpusort.cli import count
+from gpusort import runtime
+from gpusort.verify import verify
 
-from harness import Case, add_ratios, dask_keys, gpusort_on_cluster, parse_args, run_cases, skip_reason
-
-PHASES = ("runs", "samples", "plan", "windows", "splits", "slice", "merge")
 GROUPS = ("link", "cupy", "host", "dataframe")
 DRY = False  # --dry-run-on-cpu: LocalCluster and backend="numpy", to test this file anywhere
 
 
 def options(p):
     p.add_argument("--cases", default=",".join(GROUPS), help="groups to run, of %s (default: all)" % (GROUPS,))
-    p.add_argument("--n-cupy", type=count, default=2**28, help="keys, CuPy-chunk case (default: %(default)s)")
+    p.add_argument("--n-cupy", type=runtime.count, default=2**28, help="keys, CuPy-chunk case (default: %(default)s)")
     p.add_argument("--chunks-cupy", type=int, default=16, help="chunks, CuPy-chunk case (default: %(default)s)")
-    p.add_argument("--n-host", type=count, default=2**31, help="keys, host case (default: %(default)s)")
+    p.add_argument("--n-host", type=runtime.count, default=2**31, help="keys, host case (default: %(default)s)")
     p.add_argument("--chunks-host", default="32", help="chunks, host case; a list runs each (default: %(default)s)")
     p.add_argument("--budget", default="2GiB", help="GPU memory budget per worker, host cases (default: %(default)s)")
     p.add_argument("--gpu-counts", default="1", help="GPU counts for the host case, e.g. 1,2 (default: %(default)s)")
@@ -60,11 +58,11 @@ def options(p):
                    help="for more than one GPU: 'workers' (LocalCUDACluster, a worker per GPU) and/or "
                         "'process' (one worker process using every GPU) (default: %(default)s)")
     p.add_argument("--host-repeat", type=int, default=2, help="timed runs of the host case (default: %(default)s)")
-    p.add_argument("--n-df", type=count, default=2**27, help="keys, dataframe case (default: %(default)s)")
+    p.add_argument("--n-df", type=runtime.count, default=2**27, help="keys, dataframe case (default: %(default)s)")
     p.add_argument("--chunks-df", type=int, default=16, help="chunks, dataframe case (default: %(default)s)")
     p.add_argument("--df-repeat", type=int, default=1, help="timed runs of dask.dataframe (default: %(default)s)")
     p.add_argument("--threads", type=int, default=4, help="threads per GPU worker (default: %(default)s)")
-    p.add_argument("--protocol", default="tcp", help="tcp or ucx (default: %(default)s)")
+    p.add_argument("--protocol", choices=("tcp", "ucx"), help="tcp or ucx (default: tcp)")
     p.add_argument("--rmm-pool-size", default=None, help="RMM pool per GPU worker (default: none)")
     p.add_argument("--df-workers", type=int, default=None, help="LocalCluster workers for dask.dataframe (default: cores)")
     p.add_argument("--dry-run-on-cpu", action="store_true",
@@ -83,22 +81,15 @@ def main(argv=None) -> int:
     results: dict[str, list[dict]] = {}
     status = 0
     for group in groups:
-        if group != "link" and not DRY and not _gpu_stack():
-            print(f"{group}: skipped: needs cupy, dask_cuda and a GPU\n")
+        missing = runtime.cuda_cluster_missing()
+        if group != "link" and not DRY and missing:
+            print(f"{group}: skipped: {missing}\n")
             continue
         summary, failed = globals()[f"group_{group}"](args)
         results[group] = summary
         status |= failed
     print_goals(args, results)
     return status
-
-
-def _gpu_stack() -> bool:
-    import importlib.util
-
-    if any(importlib.util.find_spec(m) is None for m in ("cupy", "dask_cuda")):
-        return False
-    return skip_reason(Case("probe", None, None, None, 0, device="gpu")) is None
 
 
 def run_group(name: str, args, cases: list[Case], baseline: str | None = None,
@@ -109,67 +100,28 @@ def run_group(name: str, args, cases: list[Case], baseline: str | None = None,
     return summary, int(any(s["status"] == "failed" for s in summary))
 
 
-@contextlib.contextmanager
-def cuda_client(args, gpus: int = 1):
-    from distributed import Client
+def gpu_cluster(args, gpus: int = 1, mode: str = "workers") -> contextlib.AbstractContextManager:
+    """``gpus`` GPUs as a worker each (``mode="workers"``) or one process over all (``"process"``).
 
+    No host memory limit: the workers hold tens of GiB of host chunks on purpose.
+    """
     if DRY:
-        from distributed import LocalCluster
-
-        with LocalCluster(n_workers=gpus, threads_per_worker=args.threads, dashboard_address=":0") as cluster, \
-                Client(cluster) as client:
-            client.get_task_stream(count=0)
-            yield client
-        return
-    from dask_cuda import LocalCUDACluster
-
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    kw: dict[str, Any] = dict(CUDA_VISIBLE_DEVICES=",".join(map(str, range(gpus))), threads_per_worker=args.threads,
-                              protocol=args.protocol, memory_limit=0, dashboard_address=":0")
-    if args.rmm_pool_size:
-        kw.update(rmm_pool_size=args.rmm_pool_size, rmm_allocator_external_lib_list=["cupy"])
-    cluster = LocalCUDACluster(**kw)
-    try:
-        with Client(cluster) as client:
-            client.wait_for_workers(gpus)
-            client.get_task_stream(count=0)  # start recording now
-            yield client
-            client.run(release_host_memory)
-    finally:
-        close_quietly(cluster)
-
-
-def release_host_memory() -> None:
-    """Give back the pinned host memory gpusort cached: the worker then exits in time."""
-    if DRY:
-        return
-    import cupy
-
-    cupy.get_default_pinned_memory_pool().free_all_blocks()
-
-
-def close_quietly(cluster) -> None:
-    """Close ``cluster``; a worker slow to exit (tens of GiB to unmap) is no failure of the benchmark."""
-    try:
-        cluster.close(timeout=60)
-    except Exception as exc:  # TimeoutError from a nanny that had to kill its worker
-        print(f"(cluster close: {type(exc).__name__}: {exc})")
+        return runtime.cluster("local" if mode == "workers" else "process", threads=args.threads,
+                               memory_limit=0, **({"workers": gpus} if mode == "workers" else {}))
+    if mode == "process":
+        return runtime.cluster("process", gpus=gpus, threads=args.threads * gpus, memory_limit=0)
+    return runtime.cluster("cuda", gpus=gpus, threads=args.threads, protocol=args.protocol,
+                           rmm_pool_size=args.rmm_pool_size, memory_limit=0)
 
 
 def measurements(client, start: float, moved_before: int, host_path: bool) -> dict:
     """Phase seconds, bytes between workers and peak GPU memory of the run since ``start``."""
-    from harness import task_stats
-
-    stats = task_stats(client, start, PHASES)
-    sec = {p: s["seconds"] for p, s in stats.items()}
-    out = {"phases": sec,
-           "phase_runs": sec.get("runs", 0.0),
-           "phase_splitters": sum(sec.get(p, 0.0) for p in ("samples", "plan", "windows", "splits")),
-           "phase_merges": sum(sec.get(p, 0.0) for p in ("slice", "merge")),
-           "moved_mib": (bytes_received(client) - moved_before) / 2**20}
+    phases = runtime.phase_seconds(client, start)
+    out = {"phases": phases, **{f"phase_{p}": s for p, s in phases.items()},
+           "moved_mib": (runtime.bytes_moved(client) - moved_before) / 2**20, "peak_gpu_mib": 0.0}
     if DRY:
-        out["peak_gpu_mib"] = 0.0
-    elif host_path:
+        return out
+    if host_path:
         peaks = [s for s in client.run(_memory_stats).values() if s]
         out["peak_gpu_mib"] = max(s["peak_bytes"] for s in peaks) / 2**20
         out["budget_mib"] = max(s["budget_bytes"] for s in peaks) / 2**20
@@ -178,83 +130,42 @@ def measurements(client, start: float, moved_before: int, host_path: bool) -> di
     return out
 
 
-def bytes_received(client) -> int:
-    def received(dask_worker) -> int:
-        return int(sum(t.get("total", 0) for t in dask_worker.transfer_incoming_log))
-
-    return sum(client.run(received).values())
-
-
 def _memory_stats(reset: bool = False) -> dict:
-    if DRY:
-        return {}
     from gpusort.backends.cupy import memory_stats
 
     return memory_stats(reset)
 
 
-def _xp():
-    if DRY:
-        return np
-    import cupy
-
-    return cupy
-
-
 def _default_pool_bytes() -> int:
-    if DRY:
-        return 0
     import cupy
 
     return cupy.get_default_memory_pool().total_bytes()
 
 
 def _free_default_pool() -> None:
+    """Empty CuPy's pool on a worker that uses it, so that its size after a run is that run's peak."""
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+def _on_gpu(x):
+    """``x`` with CuPy chunks (NumPy ones in a dry run)."""
     if DRY:
-        return
+        return x
     import cupy
 
-    cupy.get_default_memory_pool().free_all_blocks()
+    return x.map_blocks(cupy.asarray, meta=cupy.empty(0, x.dtype))
 
 
-# --- checks, on the workers' GPUs ----------------------------------------------------------------
-
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-
-
-def fingerprint(block) -> tuple[int, int, Any, Any, bool]:
-    """(count, 64-bit sum of a mixing hash, first, last, sorted) of one chunk, on the GPU."""
-    cupy = _xp()
-    d = cupy.asarray(block)
-    if d.size == 0:
-        return 0, 0, None, None, True
-    u = d.view(cupy.uint64).copy()  # splitmix64's finalizer: sums of it tell multisets apart
-    u ^= u >> np.uint64(30)
-    u *= _M1
-    u ^= u >> np.uint64(27)
-    u *= _M2
-    u ^= u >> np.uint64(31)
-    h = int(u.sum(dtype=cupy.uint64))
-    ok = bool((d[1:] >= d[:-1]).all())
-    return int(d.size), h, d[0].item(), d[-1].item(), ok
+def check_sorted(x, y) -> None:
+    """``y`` is ``x`` sorted: :func:`gpusort.verify.verify`, computed on the GPUs."""
+    report = verify(_on_gpu(x), _on_gpu(y))
+    assert report.ok, str(report)
 
 
-def check_host(x, y) -> None:
-    """``y`` holds ``x``'s keys (count, hash) in ascending order within and across chunks."""
-    fx, fy = dask.compute([dask.delayed(fingerprint)(b) for b in x.to_delayed().ravel()],
-                          [dask.delayed(fingerprint)(b) for b in y.to_delayed().ravel()])
-    assert sum(f[0] for f in fx) == sum(f[0] for f in fy), "lengths differ"
-    assert sum(f[1] for f in fx) % 2**64 == sum(f[1] for f in fy) % 2**64, "not a permutation of the input"
-    assert all(f[4] for f in fy), "a chunk is not sorted"
-    ends = [(f[2], f[3]) for f in fy if f[0]]
-    assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:])), "chunks out of order"
-    assert [c for c in y.chunks[0][:-1]] == [y.chunks[0][0]] * (len(y.chunks[0]) - 1), "unbalanced chunks"
-
-
-def check_on_gpu(xblocks, yblocks) -> bool:
-    cupy = _xp()
-
-    return bool((cupy.sort(cupy.concatenate(xblocks)) == cupy.concatenate(yblocks)).all())
+def check_balanced(y) -> None:
+    assert list(y.chunks[0][:-1]) == [y.chunks[0][0]] * (len(y.chunks[0]) - 1), "unbalanced chunks"
 
 
 # --- groups --------------------------------------------------------------------------------------
@@ -299,14 +210,12 @@ def group_link(args):
 def group_cupy(args):
     n, chunk = args.n_cupy, -(-args.n_cupy // args.chunks_cupy)
     params = {"n": n, "dtype": "int64", "chunks": args.chunks_cupy, "gpus": 1}
-    with cuda_client(args) as client:
+    with gpu_cluster(args) as client:
         def setup(rep):
-            cupy = _xp()
-            x = dask_keys(n, chunk, "int64", "uniform", seed=100 + rep).map_blocks(
-                cupy.asarray, meta=cupy.empty(0, np.int64)).persist()
+            x = _on_gpu(dask_keys(n, chunk, "int64", "uniform", seed=100 + rep)).persist()
             wait(x)
             client.run(_free_default_pool)
-            return x, bytes_received(client)
+            return x, runtime.bytes_moved(client)
 
         sort_on_cluster = gpusort_on_cluster()
 
@@ -317,9 +226,7 @@ def group_cupy(args):
             x, moved = inputs
             y, start = out
             measured = measurements(client, start, moved, host_path=False)
-            ok = client.compute(dask.delayed(check_on_gpu)(list(x.to_delayed().ravel()),
-                                                           list(y.to_delayed().ravel()))).result()
-            assert ok, "gpusort's result differs from cupy.sort"
+            check_sorted(x, y)
             return measured
 
         def raw(rep):
@@ -346,8 +253,9 @@ def host_case(args, client, gpus: int, n: int, chunks: int, name: str) -> Case:
         x = dask_keys(n, chunk, "int64", "uniform", seed=300 + rep).persist()
         wait(x)
         client.run(_free_default_pool)
-        client.run(_memory_stats, True)
-        return x, bytes_received(client)
+        if not DRY:
+            client.run(_memory_stats, True)
+        return x, runtime.bytes_moved(client)
 
     sort_on_cluster = gpusort_on_cluster(**({} if DRY else {"backend": "cupy", "gpu_memory_budget": args.budget}))
 
@@ -358,7 +266,8 @@ def host_case(args, client, gpus: int, n: int, chunks: int, name: str) -> Case:
         x, moved = inputs
         y, start = out
         measured = measurements(client, start, moved, host_path=True)
-        check_host(x, y)
+        check_sorted(x, y)
+        check_balanced(y)
         client.run(_free_default_pool)
         return measured
 
@@ -369,8 +278,7 @@ def group_host(args):
     summary, failed = [], 0
     for gpus in [int(g) for g in args.gpu_counts.split(",")]:
         for mode in (["workers"] if gpus == 1 else args.modes.split(",")):
-            clients = {"workers": cuda_client, "process": one_process_client}
-            with clients[mode](args, gpus) as client:
+            with gpu_cluster(args, gpus, mode) as client:
                 cases = []
                 for chunks in [int(c) for c in args.chunks_host.split(",")]:
                     case = host_case(args, client, gpus, args.n_host, chunks, "gpusort[host chunks]")
@@ -383,35 +291,14 @@ def group_host(args):
     return summary, failed
 
 
-@contextlib.contextmanager
-def one_process_client(args, gpus: int):
-    """One worker process that sees ``gpus`` GPUs: gpusort spreads its threads' steps over them."""
-    from distributed import Client, LocalCluster
-
-    env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(gpus))), "NCCL_NVLS_ENABLE": "0"}
-    cluster = LocalCluster(n_workers=1, threads_per_worker=args.threads * gpus, processes=True, memory_limit=0,
-                           dashboard_address=":0", env=env)
-    try:
-        with Client(cluster) as client:
-            client.wait_for_workers(1)
-            client.get_task_stream(count=0)
-            yield client
-            client.run(release_host_memory)
-    finally:
-        close_quietly(cluster)
-
-
 def group_dataframe(args):
     n = args.n_df
     params = {"n": n, "dtype": "int64", "chunks": args.chunks_df}
-    with cuda_client(args) as client:
+    with gpu_cluster(args) as client:
         case = host_case(args, client, 1, n, args.chunks_df, "gpusort[host chunks]")
         case.params = params
         summary, failed = run_group("dataframe-gpusort", args, [case])
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=args.df_workers or dask.system.CPU_COUNT, threads_per_worker=1,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    with runtime.cluster("local", workers=args.df_workers or dask.system.CPU_COUNT, threads=1):
         chunk = -(-n // args.chunks_df)
 
         def setup(rep):
@@ -467,7 +354,7 @@ def print_goals(args, results) -> None:
         if e["status"] != "ok":
             continue
         gpus, mode, chunks = e["params"]["gpus"], e["params"].get("mode", "workers"), e["params"]["chunks"]
-        ok = e["items_per_second"] >= 1.5e9 and e.get("peak_gpu_mib", 1e18) * 2**20 <= _bytes(args.budget)
+        ok = e["items_per_second"] >= 1.5e9 and e.get("peak_gpu_mib", 1e18) * 2**20 <= runtime.size(args.budget)
         lines.append(f"host chunks x{chunks}, {gpus} GPU(s) ({mode})  {e['items_per_second'] / 1e9:6.2f} Gkeys/s  "
                      f"goal >= 1.5, "
                      f"peak {e.get('peak_gpu_mib', float('nan')):.0f} MiB <= {args.budget}, "
@@ -488,12 +375,6 @@ def print_goals(args, results) -> None:
     if lines:
         print("goals")
         print("\n".join(lines))
-
-
-def _bytes(text: str) -> int:
-    from dask.utils import parse_bytes
-
-    return parse_bytes(text)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ about 4P + 3J + P*J tasks (runs, samples, windows and P*J slices, merges and
 their getitems): past a few hundred chunks the P*J slice tasks are the graph.
 Each case reports, with the keys already in memory (persisted):
 
-``tasks``, ``slice_tasks``  the graph's size, and its slice layer
+``tasks``, ``merge_tasks``  the graph's size, and its merges phase (the P*J slices among them)
 ``build_s``                 ``gpusort.sort(...)``: building the graph
 ``optimize_s``              ``dask.optimize``: the cull and fusion ``compute`` does first
 ``submit_s``                (distributed) ``persist`` until the scheduler holds the graph
@@ -13,9 +13,10 @@ Each case reports, with the keys already in memory (persisted):
 ``task_s``                  (distributed) compute seconds summed over the tasks
 ``us_per_task``             scheduling cost per task: (wall_s - task_s / threads) / tasks
                             (threads: wall_s / tasks, an upper bound)
-``split_bytes``             the samples' and windows' real output bytes, against
+``split_bytes``             the splitters phase's real output bytes (samples, windows,
+                            split vectors), against
 ``split_bound``             ``corank.split_cost`` in bytes, the promised bound
-``split_s``                 (distributed) compute seconds of samples, plan, windows, splits
+``split_s``                 (distributed) compute seconds of the splitters phase
 ``imbalance``               the longest computed output chunk over the requested length
 
 ``--distributions`` runs the same grid on skewed keys (harness.DISTRIBUTIONS),
@@ -31,19 +32,12 @@ import time
 import dask
 import numpy as np
 from dask.callbacks import Callback
-from dask.utils import key_split
-from harness import (
-    DISTRIBUTIONS,
-    Case,
-    dask_client,
-    dask_keys,
-    parse_args,
-    run,
-    task_stats,
-)
+from dask.sizeof import sizeof
+from harness import DISTRIBUTIONS, Case, dask_keys, parse_args, run
 
-SPLIT_LAYERS = ("samples", "plan", "windows", "splits")
-SHOW = ("tasks", "slice_tasks", "build_s", "optimize_s", "submit_s", "task_s", "us_per_task",
+from gpusort import runtime
+
+SHOW = ("tasks", "merge_tasks", "build_s", "optimize_s", "submit_s", "task_s", "us_per_task",
         "split_bytes", "split_bound", "split_s", "imbalance")
 
 
@@ -69,7 +63,7 @@ def main(argv=None) -> int:
     # The scheduler keeps the last 100,000 tasks of its task stream by default:
     # too few for a 1000x100 graph, whose splitter tasks run first.
     with dask.config.set({"distributed.scheduler.dashboard.tasks.task-stream-length": 4_000_000}), \
-            dask_client("local", workers=args.workers) if distributed else contextlib.nullcontext() as client:
+            runtime.cluster("local", workers=args.workers, threads=1) if distributed else contextlib.nullcontext() as client:
         stamp = _stamp(client) if distributed else None
         cases = []
         for scheduler in args.schedulers:
@@ -99,11 +93,11 @@ def _setup(n, p, dtype, distribution, client):
 def _graph_measures(y, x) -> dict:
     from gpusort import corank
 
-    layers = [key_split(k).split("-")[0] for k in dict(y.__dask_graph__())]
+    phases = [runtime.phase_of(k) for k in dict(y.__dask_graph__())]
     n, lengths = x.shape[0], x.chunks[0]
     nbounds = len(y.chunks[0]) - 1
     g = corank.sample_stride(n, len(lengths), nbounds)
-    return {"tasks": len(layers), "slice_tasks": layers.count("slice"),
+    return {"tasks": len(phases), "merge_tasks": phases.count("merges"),
             "split_bound": corank.split_cost(lengths, nbounds, g) * x.dtype.itemsize if nbounds else 0}
 
 
@@ -113,8 +107,8 @@ class _SplitBytes(Callback):
         self.bytes = 0
 
     def _posttask(self, key, result, dsk, state, id):
-        if key_split(key).split("-")[0] in ("samples", "windows"):
-            self.bytes += result.nbytes
+        if runtime.phase_of(key) == "splitters":
+            self.bytes += sizeof(result)
 
 
 def _sort_threads(chunk):
@@ -170,7 +164,7 @@ def _sort_distributed(client, stamp, chunk):
         y_on_cluster = client.persist(yo, optimize_graph=False)
         wait(y_on_cluster)
         wall = time.perf_counter() - start
-        stats = task_stats(client, wall_start)
+        stats = runtime.task_costs(client, wall_start)
         task_s = sum(s["seconds"] for s in stats.values())
         threads = sum(client.nthreads().values())
         m = _graph_measures(y, x)
@@ -178,8 +172,8 @@ def _sort_distributed(client, stamp, chunk):
             "build_s": built - start, "optimize_s": optimized - built,
             "submit_s": stamp.at - optimized if stamp.at else float("nan"), "wall_s": wall, "task_s": task_s,
             "us_per_task": (wall - task_s / threads) / m["tasks"] * 1e6,
-            "split_bytes": sum(stats[p]["bytes"] for p in ("samples", "windows") if p in stats),
-            "split_s": sum(stats[p]["seconds"] for p in SPLIT_LAYERS if p in stats), "out_chunk": chunk,
+            "split_bytes": stats.get("splitters", {}).get("bytes", 0),
+            "split_s": stats.get("splitters", {}).get("seconds", 0.0), "out_chunk": chunk,
         }
 
     return sort

@@ -13,16 +13,9 @@ import time
 
 import numpy as np
 from distributed import wait
-from harness import (
-    DISTRIBUTIONS,
-    Case,
-    dask_client,
-    gpusort_on_cluster,
-    parse_args,
-    persisted_keys,
-    run,
-    task_stats,
-)
+from harness import DISTRIBUTIONS, Case, cluster, gpusort_on_cluster, parse_args, persisted_keys, run
+
+from gpusort import runtime
 
 
 def main(argv=None) -> int:
@@ -32,13 +25,11 @@ def main(argv=None) -> int:
         p.add_argument("--dtype", default="int64", help="key dtype (default: %(default)s)")
         p.add_argument("--distributions", nargs="+", choices=DISTRIBUTIONS, default=list(DISTRIBUTIONS))
         p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy")
-        p.add_argument("--cluster", choices=("local", "cuda"),
-                       help="LocalCluster or LocalCUDACluster (default: cuda with --backend cupy, else local)")
         p.set_defaults(repeat=3)
 
-    args = parse_args(__doc__, argv, options)
+    args = parse_args(__doc__, argv, options, cluster=True)
     chunk = -(-args.n // args.chunks)
-    with dask_client(args.cluster, args.backend == "cupy") as client:
+    with cluster(args) as client:
         cases = []
         for distribution in args.distributions:
             params = {"n": args.n, "dtype": args.dtype, "distribution": distribution, "chunks": args.chunks}
@@ -71,10 +62,9 @@ def _check(client, chunk_lengths):
         y, start = out
         np.testing.assert_array_equal(y.compute(), np.sort(x.compute()))
         lengths = np.asarray(chunk_lengths(y))
-        stats = task_stats(client, start)
         return {"chunk_imbalance": float(lengths.max() / lengths.mean()),
                 "empty_chunks": int((lengths == 0).sum()),
-                "task_seconds": sum(s["seconds"] for s in stats.values())}
+                "task_seconds": sum(runtime.phase_seconds(client, start).values())}
 
     return check
 

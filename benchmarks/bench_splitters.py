@@ -1,8 +1,8 @@
 """Splitter overhead: what the exact co-rank splitters cost, against N, P and J.
 
 N keys in P input chunks (so P sorted runs), sorted into J output chunks.
-The splitter phases are the samples-, plan-, windows- and splits- tasks;
-their output bytes and compute seconds (from the scheduler's task stream)
+The splitters are a phase of ``gpusort.graph.PHASES``; its tasks' output
+bytes and compute seconds (from the scheduler's task stream)
 are reported absolutely and as a share: of the key bytes, and of the task
 seconds of the whole sort.  Both shares should stay small as N grows.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from harness import Case, dask_client, gpusort_on_cluster, parse_args, persisted_keys, run, task_stats
+from harness import Case, cluster, gpusort_on_cluster, parse_args, persisted_keys, run
 
-SPLITTER_PHASES = ("samples", "plan", "windows", "splits")
+from gpusort import runtime
 
 
 def main(argv=None) -> int:
@@ -25,20 +25,17 @@ def main(argv=None) -> int:
                        help="output chunks (J); 0 means J = P (default: %(default)s)")
         p.add_argument("--dtype", default="int64", help="key dtype (default: %(default)s)")
         p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy")
-        p.add_argument("--cluster", choices=("local", "cuda"),
-                       help="LocalCluster or LocalCUDACluster (default: cuda with --backend cupy, else local)")
         p.set_defaults(repeat=3)
 
-    args = parse_args(__doc__, argv, options)
-    with dask_client(args.cluster, args.backend == "cupy") as client:
+    args = parse_args(__doc__, argv, options, cluster=True)
+    with cluster(args) as client:
 
         def check(x, out):
             y, start = out
             np.testing.assert_array_equal(y.compute(), np.sort(x.compute()))
-            stats = task_stats(client, start)
-            splitter = [stats[p] for p in SPLITTER_PHASES if p in stats]
-            seconds = sum(s["seconds"] for s in splitter)
-            nbytes = sum(s["bytes"] for s in splitter)
+            stats = runtime.task_costs(client, start)
+            splitters = stats.get("splitters", {"seconds": 0.0, "bytes": 0})
+            seconds, nbytes = splitters["seconds"], splitters["bytes"]
             return {"splitter_bytes": nbytes, "splitter_seconds": seconds,
                     "splitter_byte_share": nbytes / x.nbytes,
                     "splitter_time_share": seconds / sum(s["seconds"] for s in stats.values())}

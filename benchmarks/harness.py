@@ -59,9 +59,13 @@ The contract, one field of :class:`Case` at a time:
     params.  The plots (``benchmarks/plot.py``) read ``n`` and ``dtype``.
 
 Every bench file defines ``main(argv=None) -> int`` so that ``gpusort bench
-NAME`` and tests can run it.  Results go to ``--out DIR`` (default
-``results``) as ``NAME-YYYYmmdd-HHMMSS-XXXXXX.json``, opened exclusively, so
-nothing is ever overwritten.  The JSON holds ``config`` (the parsed options),
+NAME`` and tests can run it.  Bench files that compute on a cluster take
+``parse_args(..., cluster=True)``, which adds the options of
+:func:`gpusort.runtime.cluster` (one thread per worker unless told), and
+start it with :func:`cluster`.  Results go to ``--out DIR`` (default
+``results``) as ``NAME-YYYYmmdd-HHMMSS-XXXXXX.json``
+(:func:`gpusort.runtime.write_json`: opened exclusively, so nothing is ever
+overwritten).  The JSON holds ``config`` (the parsed options),
 ``machine``, ``versions``, ``runs`` (one row per timed repetition: the tidy
 table), ``summary`` (one row per case: medians, items/s, ratio) and
 ``skipped``.
@@ -73,22 +77,17 @@ import argparse
 import contextlib
 import importlib.util
 import json
-import os
-import secrets
 import statistics
 import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import dask
 import dask.array as da
 import numpy as np
-from dask.utils import key_split
 
 # Run from a source checkout, a bench measures the checkout's gpusort rather
 # than whichever one is installed.
@@ -96,13 +95,13 @@ _CHECKOUT = Path(__file__).resolve().parent.parent
 if (_CHECKOUT / "gpusort" / "__init__.py").is_file() and str(_CHECKOUT) not in sys.path:
     sys.path.insert(0, str(_CHECKOUT))
 
-from gpusort.cli import environment
+from gpusort import runtime
 
 __all__ = [
     "DISTRIBUTIONS",
     "Case",
     "add_ratios",
-    "dask_client",
+    "cluster",
     "dask_keys",
     "format_table",
     "gpusort_on_cluster",
@@ -111,9 +110,7 @@ __all__ = [
     "persisted_keys",
     "run",
     "summarize",
-    "task_stats",
     "time_case",
-    "write_results",
 ]
 
 
@@ -141,6 +138,7 @@ def parse_args(
     description: str | None,
     argv: Sequence[str] | None = None,
     extra: Callable[[argparse.ArgumentParser], Any] | None = None,
+    cluster: bool = False,
 ) -> argparse.Namespace:
     """The options every bench file shares, plus its own through ``extra``.
 
@@ -152,6 +150,9 @@ def parse_args(
         Arguments; ``sys.argv[1:]`` when ``None``.
     extra : callable, optional
         ``extra(parser)`` adds the bench file's own options.
+    cluster : bool
+        Add the options of :func:`gpusort.runtime.cluster` (``--cluster``,
+        ``--workers``, ...), with one thread per worker by default.
 
     Examples
     --------
@@ -167,6 +168,9 @@ def parse_args(
     parser.add_argument("--repeat", type=_positive, default=5, help="timed repetitions per case (default: %(default)s)")
     parser.add_argument("--warmup", type=_non_negative, default=1, help="untimed repetitions first (default: %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    if cluster:
+        runtime.add_options(parser)
+        parser.set_defaults(threads=1)  # a worker per core, as the peers get
     if extra is not None:
         extra(parser)
     return parser.parse_args(argv)
@@ -192,14 +196,8 @@ def skip_reason(case: Case) -> str | None:
     for module in needs:
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed"
-    if case.device == "gpu":
-        import cupy
-
-        try:
-            if cupy.cuda.runtime.getDeviceCount() == 0:
-                return "CuPy finds no CUDA device"
-        except cupy.cuda.runtime.CUDARuntimeError as exc:
-            return f"CuPy finds no CUDA device ({exc})"
+    if case.device == "gpu" and not runtime.gpus()[0]:
+        return runtime.gpus()[1]
     return None
 
 
@@ -312,41 +310,6 @@ def add_ratios(summary: list[dict], baseline: str) -> None:
             entry["ratio"] = ref / entry["median_seconds"]
 
 
-def write_results(out: Path, name: str, config: dict, rows: list[dict],
-                  summary: list[dict]) -> Path:
-    """Write the tidy JSON under ``out``; a fresh file every time, never overwritten.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> path = write_results(Path(tempfile.mkdtemp()), "demo", {"repeat": 1}, [], [])
-    >>> path.name.startswith("demo-"), json.loads(path.read_text())["benchmark"]
-    (True, 'demo')
-    """
-    out.mkdir(parents=True, exist_ok=True)
-    now = datetime.now(UTC)
-    env = environment()
-    document = {
-        "benchmark": name,
-        "created": now.isoformat(timespec="seconds"),
-        "config": {k: str(v) if isinstance(v, os.PathLike) else v for k, v in config.items()},
-        "machine": env["machine"],
-        "versions": env["versions"],
-        "runs": rows,
-        "summary": [s for s in summary if s["status"] != "skipped"],
-        "skipped": [s for s in summary if s["status"] == "skipped"],
-    }
-    while True:  # a name clash (same second, same random suffix) just draws again
-        path = out / f"{name}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}.json"
-        try:
-            with path.open("x") as f:
-                json.dump(document, f, indent=1, default=str)
-                f.write("\n")
-            return path
-        except FileExistsError:
-            continue
-
-
 def format_table(summary: list[dict], show: Sequence[str] = ()) -> str:
     """A plain-text table of the summary: one line per case, skipped ones last.
 
@@ -428,7 +391,11 @@ def run_cases(name: str, args: argparse.Namespace, cases: Sequence[Case],
         summary.append(summarize(case, timed))
     if baseline is not None:
         add_ratios(summary, baseline)
-    path = write_results(args.out, name, vars(args), rows, summary)
+    path = runtime.write_json(args.out, name, {
+        "benchmark": name, "config": vars(args), "runs": rows,
+        "summary": [s for s in summary if s["status"] != "skipped"],
+        "skipped": [s for s in summary if s["status"] == "skipped"],
+    })
     if not args.quiet:
         print(format_table(summary, [c for c in show if any(c in s for s in summary)]))
         print(f"results: {path}", flush=True)
@@ -512,8 +479,9 @@ def persisted_keys(n: int, chunk: int, dtype: Any, distribution: str, seed: int)
 def gpusort_on_cluster(**sort_kwargs: Any) -> Callable[[da.Array], tuple[da.Array, float]]:
     """A ``Case.run``: ``gpusort.sort(x, **sort_kwargs)`` persisted on the current client and waited for.
 
-    Returns ``(result, start)``, ``start`` a ``time.time()`` for :func:`task_stats`
-    (the task stream's clock), so ``Case.check`` can read the cost by phase.
+    Returns ``(result, start)``, ``start`` a ``time.time()`` for
+    :func:`gpusort.runtime.task_costs` (the task stream's clock), so
+    ``Case.check`` can read the cost by phase.
     """
 
     def sort(x: da.Array) -> tuple[da.Array, float]:
@@ -533,51 +501,12 @@ def _block_keys(positions: np.ndarray, n: int, dtype: np.dtype, distribution: st
     return make_keys(start, start + len(positions), n, dtype, distribution, seed)
 
 
-@contextlib.contextmanager
-def dask_client(kind: str | None = None, gpu: bool = False, workers: int | None = None) -> Iterator[Any]:
-    """A ``distributed.Client`` on a fresh cluster on this machine.
+def cluster(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """:func:`gpusort.runtime.cluster` as ``parse_args(..., cluster=True)``'s options say.
 
-    ``"local"``: a ``LocalCluster`` of worker processes with one thread each
-    (``workers``, default one per core); ``"cuda"``: dask-cuda's
-    ``LocalCUDACluster``, one worker per GPU; ``None``: ``"cuda"`` for a
-    ``gpu`` benchmark, else ``"local"``.
+    ``--cluster auto`` is ``local`` unless the bench sorts with ``--backend cupy``.
     """
-    from distributed import Client, LocalCluster
-
-    kind = kind or ("cuda" if gpu else "local")
-    if kind == "cuda":
-        from dask_cuda import LocalCUDACluster
-
-        cluster = LocalCUDACluster(dashboard_address=":0")
-    elif kind == "local":
-        cluster = LocalCluster(n_workers=workers or dask.system.CPU_COUNT, threads_per_worker=1,
-                               processes=True, dashboard_address=":0")
-    else:
-        raise ValueError(f"cluster kind {kind!r} is not known; use 'local' or 'cuda'")
-    with cluster, Client(cluster) as client:
-        # The scheduler starts recording its task stream on the first request;
-        # ask now, so that task_stats sees the first timed run too.
-        client.get_task_stream(count=0)
-        yield client
-
-
-def task_stats(client: Any, start: float, prefixes: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
-    """Per task-name prefix, the tasks run since ``start`` (a ``time.time()``).
-
-    Each prefix maps to ``{"tasks": count, "seconds": compute seconds summed
-    over its tasks, "bytes": their output bytes summed}``.  gpusort names its
-    layers ``runs-``, ``samples-``, ``plan-``, ``windows-``, ``splits-``,
-    ``slice-`` and ``merge-``, so this is cost by phase.  Call it from
-    ``Case.check``: fetching the scheduler's task stream is then not timed.
-    """
-    stats: dict[str, dict[str, float]] = {}
-    for task in client.get_task_stream(start=start):
-        # Fused tasks are named after their whole chain (merge-sorted-...): the first name counts.
-        prefix = key_split(task["key"]).split("-")[0]
-        if prefixes is not None and prefix not in prefixes:
-            continue
-        entry = stats.setdefault(prefix, {"tasks": 0, "seconds": 0.0, "bytes": 0})
-        entry["tasks"] += 1
-        entry["seconds"] += sum(s["stop"] - s["start"] for s in task["startstops"] if s["action"] == "compute")
-        entry["bytes"] += task.get("nbytes", 0)
-    return stats
+    kind = args.cluster
+    if kind == "auto" and getattr(args, "backend", None) != "cupy":
+        kind = "local"
+    return runtime.from_options(args, kind=kind)

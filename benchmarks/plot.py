@@ -7,7 +7,7 @@ Each plot is drawn from whatever the results hold and skipped, with the
 reason, where they hold nothing for it:
 
 throughput   keys/s against N per dtype, gpusort and its peers (uniform keys)
-phases       gpusort's task-seconds by phase (runs, samples, ..., merge)
+phases       gpusort's task-seconds by phase (gpusort.graph.PHASES: runs, splitters, merges)
 skew         keys/s and output chunk imbalance per key distribution
 splitters    splitter bytes and seconds as a share of the sort, against N
 gpus         keys/s against the number of GPUs (results with a ``gpus`` param)
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -31,7 +32,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import ticker
 
-PHASES = ("runs", "samples", "plan", "windows", "splits", "slice", "merge")
 Figure = plt.Figure
 
 
@@ -40,7 +40,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("results", nargs="+", type=Path, help="result JSON files, or folders of them")
     parser.add_argument("--out", type=Path, default=Path("plots"), help="folder for the PNGs (default: %(default)s)")
     args = parser.parse_args(argv)
-    rows = load(args.results)
+    try:
+        rows = load(args.results)
+    except ValueError as exc:  # the file's name and what is wrong say it all
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
     if not rows:
         parser.error("no benchmark results found in " + ", ".join(map(str, args.results)))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -57,16 +61,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def load(paths: Iterable[Path]) -> list[dict]:
-    """One flat row per successful case: benchmark, machine, case, params and measurements."""
+    """One flat row per successful case: benchmark, machine, case, params and measurements.
+
+    Raises a ValueError naming the file that is missing or holds no benchmark results.
+    """
     files = [f for p in paths for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])]
     rows = []
     for f in files:
-        doc = json.loads(f.read_text())
-        for entry in doc.get("summary", []):
-            if entry.get("status") == "ok":
-                # Flat for reading, with the params also kept apart for labels.
-                rows.append({"benchmark": doc["benchmark"], "machine": doc["machine"],
-                             "on": _machine_tag(doc["machine"]), **entry, **entry["params"]})
+        try:
+            doc = json.loads(f.read_text())
+            # Flat for reading, with the params also kept apart for labels.
+            rows += [{"benchmark": doc["benchmark"], "machine": doc["machine"], "on": _machine_tag(doc["machine"]),
+                      **entry, **entry["params"]} for entry in doc.get("summary", []) if entry.get("status") == "ok"]
+        except FileNotFoundError:
+            raise ValueError(f"{f} does not exist") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{f} is not a benchmark result (the JSON a bench file writes): "
+                             f"{type(exc).__name__}: {exc}") from None
     return rows
 
 
@@ -124,8 +135,7 @@ def phases(rows: list[dict]) -> dict[str, Figure]:
     labels = [f"{r['case']} n={r.get('n')} {r.get('dtype', '')}" for r in rows]
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(rows)))
     left = np.zeros(len(rows))
-    names = [p for p in PHASES if any(p in r["phases"] for r in rows)]
-    names += sorted({p for r in rows for p in r["phases"]} - set(names))
+    names = list(dict.fromkeys(p for r in rows for p in r["phases"]))  # in the order they ran
     for phase in names:
         widths = np.array([r["phases"].get(phase, 0.0) for r in rows])
         ax.barh(labels, widths, left=left, label=phase)

@@ -1,15 +1,16 @@
 """The ``gpusort`` command: sort and verify Zarr arrays, run benchmarks, describe the setup.
 
-``gpusort sort`` and ``gpusort verify`` run on a Dask cluster they start
-(``--cluster local``: ``distributed.LocalCluster``; ``cuda``: dask-cuda's
-``LocalCUDACluster``, one worker per GPU), on one they join (an address), or
-on Dask's threaded scheduler in this process (``threads``).  The default,
-``auto``, is ``cuda`` where a GPU and dask-cuda are installed, else ``local``.
+``gpusort sort`` and ``gpusort verify`` compute where ``--cluster`` says
+(:func:`gpusort.runtime.cluster`: a new ``LocalCluster``, a new
+``LocalCUDACluster``, one process over every GPU, Dask's threaded scheduler,
+or a running scheduler); ``auto`` is ``cuda`` where CuPy, dask-cuda and a GPU
+are present, else ``local``.  Also ``python -m gpusort``.
 
-User errors -- a missing path, an unsortable dtype, a clashing option, a
-full disk -- end with one line on stderr and exit status 2, never a
-traceback; ``gpusort verify`` exits 1 when the check fails.  Errors raised
-while computing are not the user's and keep their traceback.
+User errors -- a missing path, an unsortable dtype, a clashing option, an
+unknown ``--cluster``, a full disk -- end with one line on stderr, naming
+the flags, and exit status 2, never a traceback; Ctrl-C ends with one line
+and exit status 130; ``gpusort verify`` exits 1 when the check fails.
+Errors raised while computing are not the user's and keep their traceback.
 """
 
 from __future__ import annotations
@@ -17,16 +18,15 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
-import functools
-import importlib.metadata
-import importlib.util
-import platform
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from gpusort import runtime
+from gpusort.runtime import count
 
 _MAKE_KEYS = (
     "python -c \"import numpy as np, zarr; zarr.create_array('keys.zarr', "
@@ -66,10 +66,6 @@ example:
   gpusort info""",
 }
 
-# Modules whose versions `gpusort info` prints and the benchmarks record.
-_VERSIONED = ("gpusort", "numpy", "dask", "distributed", "zarr", "cupy", "dask_cuda",
-              "pandas", "pyarrow", "torch")
-
 
 class UserError(Exception):
     """A mistake in the command line: reported in one line, exit status 2."""
@@ -90,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except (UserError, OSError) as exc:
         # These name the argument (or file) and the fix; a traceback adds nothing.
-        print(f"gpusort {args.command}: error: {exc}", file=sys.stderr)
+        print(f"gpusort {args.command}: error: {runtime.flags(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"gpusort {args.command}: interrupted", file=sys.stderr)
@@ -105,17 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES["gpusort"],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"gpusort {_version('gpusort')}")
+    parser.add_argument("--version", action="version", version=f"gpusort {runtime.version('gpusort')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     on_dask = argparse.ArgumentParser(add_help=False)  # options of the commands that compute
-    on_dask.add_argument(
-        "--cluster", default="auto", metavar="auto|local|cuda|threads|ADDRESS",
-        help="where to compute: a new LocalCluster (local), a new LocalCUDACluster (cuda), Dask's "
-             "threaded scheduler in this process (threads), or a running scheduler's address "
-             "(tcp://host:8786); auto picks cuda where a GPU and dask-cuda are installed, else local",
-    )
-    on_dask.add_argument("--quiet", action="store_true", help="no progress bars and no summary")
+    runtime.add_options(on_dask)
+    on_dask.add_argument("--quiet", action="store_true", help="no progress bars (the summary is still printed)")
 
     def command(name: str, help: str, computes: bool = False) -> argparse.ArgumentParser:
         return commands.add_parser(name, help=help, description=help, epilog=EXAMPLES[name],
@@ -129,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="output chunk length in elements (default: as many chunks as SRC)")
     sort.add_argument("--descending", action="store_true", help="largest first (NaN still last)")
     sort.add_argument(
-        "--gpu-memory-budget", type=_size, metavar="SIZE",
+        "--gpu-memory-budget", type=runtime.size, metavar="SIZE",
         help="the most GPU memory each worker's sort steps may hold (e.g. 8GiB); with --backend cupy",
     )
     sort.add_argument("--backend", choices=("numpy", "cupy"),
@@ -137,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     sort.add_argument("--argsort-dst", metavar="PATH",
                       help="also write the stable int64 positions that sort SRC to this Zarr array")
     sort.add_argument("--overwrite", action="store_true", help="replace DST (and --argsort-dst) if they exist")
+    sort.add_argument("--temp-dir", type=_directory, metavar="DIR",
+                      help="where the sorted runs wait between the phases, about the size of SRC "
+                           "(default: a hidden folder beside DST)")
     sort.set_defaults(run=_run_sort)
 
     verify = command("verify", "Check that the Zarr array DST is the Zarr array SRC sorted.", computes=True)
@@ -155,36 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _size(text: str) -> int:
-    from dask.utils import parse_bytes
-
-    try:
-        size = parse_bytes(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size; write e.g. 8GiB, 512MB or 1000000000") from exc
-    if size <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: the size must be positive")
-    return size
-
-
-def count(text: str) -> int:
-    """A positive whole number as people write element counts: ``1048576``, ``1e9`` or ``2**20``.
-
-    Examples
-    --------
-    >>> count("2**20"), count("1e9"), count("33554432")
-    (1048576, 1000000000, 33554432)
-    """
-    try:
-        base, _, power = text.partition("**")
-        value = int(base) ** int(power) if power else float(text)
-        if value != int(value):
-            raise ValueError
-    except (ValueError, OverflowError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 1048576, 1e9 or 2**20)") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
-    return int(value)
+def _directory(text: str) -> Path:
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a directory; create it first")
+    return Path(text)
 
 
 # --- sort and verify ---------------------------------------------------------------------
@@ -193,28 +161,31 @@ def count(text: str) -> int:
 def _run_sort(args: argparse.Namespace) -> int:
     from gpusort.zarr_io import _prepare, sort_zarr
 
-    backend = args.backend or default_backend()
+    _checked(runtime.resolve, args.cluster)  # a misspelt --cluster fails before any work
+    backend = args.backend or runtime.default_backend()
     kwargs = {"chunks": args.chunks, "descending": args.descending, "backend": backend,
               "argsort_dst": args.argsort_dst, "overwrite": args.overwrite,
               "gpu_memory_budget": args.gpu_memory_budget}
     x, *_ = _checked(_prepare, args.src, args.dst, **kwargs)  # fail before a cluster starts
-    with scheduler(args.cluster, args.quiet):
+    if args.temp_dir is not None:
+        kwargs["temp_dir"] = args.temp_dir
+    with _cluster(args), runtime.progress():
         start = time.perf_counter()
         sort_zarr(args.src, args.dst, progress=not args.quiet, **kwargs)
         seconds = time.perf_counter() - start
-    if not args.quiet:
-        n = x.shape[0]
-        print(f"sorted {n} {x.dtype} keys ({backend} backend) from {args.src} into {args.dst}"
-              f"{' and ' + args.argsort_dst if args.argsort_dst else ''} in {seconds:.2f} s "
-              f"({n / seconds / 1e6:.1f} Mkeys/s)")
+    n = x.shape[0]
+    print(f"sorted {n} {x.dtype} keys ({backend} backend) from {args.src} into {args.dst}"
+          f"{' and ' + args.argsort_dst if args.argsort_dst else ''} in {seconds:.2f} s "
+          f"({n / seconds / 1e6:.1f} Mkeys/s)")
     return 0
 
 
 def _run_verify(args: argparse.Namespace) -> int:
     from gpusort.verify import check_pair, verify
 
+    _checked(runtime.resolve, args.cluster)
     _checked(check_pair, args.src, args.dst)  # fail before a cluster starts
-    with scheduler(args.cluster, args.quiet):
+    with _cluster(args), runtime.progress():
         report = verify(args.src, args.dst, descending=args.descending, progress=not args.quiet)
     print(report)
     return 0 if report.ok else 1
@@ -229,51 +200,10 @@ def _checked(check: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 @contextlib.contextmanager
-def scheduler(cluster: str = "auto", quiet: bool = False) -> Iterator[Any]:
-    """Make the cluster that ``--cluster`` names Dask's current scheduler; yields its client.
-
-    ``cluster`` is ``"auto"``, ``"local"``, ``"cuda"``, ``"threads"`` (no
-    cluster: yields ``None``) or a scheduler address.  Clusters started here
-    are closed on exit.  Unless ``quiet``, the dashboard address is printed.
-
-    Examples
-    --------
-    >>> import dask.array as da
-    >>> with scheduler("threads") as client:
-    ...     int(da.arange(10, chunks=5).sum().compute())
-    45
-    """
-    kind = cluster
-    if kind == "auto":
-        kind = "cuda" if gpu_names()[0] and importlib.util.find_spec("dask_cuda") else "local"
-    if kind == "threads":
-        yield None
-        return
-    from distributed import Client, LocalCluster
-
-    if kind == "local":
-        started = LocalCluster()
-    elif kind == "cuda":
-        try:
-            from dask_cuda import LocalCUDACluster
-        except ImportError as exc:
-            raise UserError(
-                "--cluster cuda needs dask-cuda: pip install 'gpusort[cuda12]' (or [cuda13]); "
-                "or use --cluster local"
-            ) from exc
-        started = LocalCUDACluster()
-    else:
-        started = None  # an address: join that scheduler
+def _cluster(args: argparse.Namespace) -> Iterator[Any]:
+    """:func:`gpusort.runtime.cluster` as the options say; a cluster that cannot start is a UserError."""
     with contextlib.ExitStack() as stack:
-        if started is not None:
-            stack.enter_context(started)
-        try:
-            client = stack.enter_context(Client(started or kind, timeout="10s"))
-        except OSError as exc:
-            raise UserError(f"--cluster {kind}: no Dask scheduler answers there ({exc})") from exc
-        if not quiet:
-            print(f"dask dashboard: {client.dashboard_link}", file=sys.stderr)
-        yield client
+        yield _checked(stack.enter_context, runtime.from_options(args, dashboard=not args.quiet))
 
 
 # --- bench ---------------------------------------------------------------------------------
@@ -315,84 +245,14 @@ def _run_bench(args: argparse.Namespace) -> int:
 
 
 def _run_info(args: argparse.Namespace) -> int:
-    env = environment()
+    env = runtime.environment()
     for module, version in env["versions"].items():
         print(f"{module:12} {version or 'not installed'}")
     machine = env["machine"]
     print(f"{'python':12} {machine['python']}")
     print(f"{'cpus':12} {machine['cpus']} ({machine['cpu']})")
-    gpus, why = gpu_names()
-    print(f"{'gpus':12} {', '.join(gpus) if gpus else 'none: ' + why}")
-    print(f"{'backend':12} {default_backend()} (gpusort sort's default)")
-    cluster = "cuda" if gpus and env["versions"]["dask_cuda"] else "local"
-    print(f"{'cluster':12} {cluster} (--cluster auto)")
+    print(f"{'gpus':12} {', '.join(machine['gpus']) or 'none: ' + machine['gpus_missing']}")
+    print(f"{'backend':12} {runtime.default_backend()} (gpusort sort's default)")
+    missing = runtime.cuda_cluster_missing()
+    print(f"{'cluster':12} {'local' if missing else 'cuda'} (--cluster auto{'; not cuda: ' + missing if missing else ''})")
     return 0
-
-
-def default_backend() -> str:
-    """``"cupy"`` where CuPy sees a GPU, else ``"numpy"``."""
-    return "cupy" if gpu_names()[0] else "numpy"
-
-
-def gpu_names() -> tuple[list[str], str]:
-    """(names of the GPUs CuPy sees, why there are none)."""
-    if importlib.util.find_spec("cupy") is None:
-        return [], "cupy is not installed"
-    try:
-        import cupy
-
-        count = cupy.cuda.runtime.getDeviceCount()
-        names = [cupy.cuda.runtime.getDeviceProperties(i)["name"].decode() for i in range(count)]
-    except Exception as exc:  # a CuPy built for another CUDA, no driver, ...
-        return [], f"CuPy finds no CUDA device ({type(exc).__name__}: {exc})"
-    return names, "" if names else "CuPy finds no CUDA device"
-
-
-def environment() -> dict[str, Any]:
-    """Versions and machine facts, as ``gpusort info`` prints and benchmarks record.
-
-    Examples
-    --------
-    >>> env = environment()
-    >>> sorted(env), env["versions"]["numpy"] is not None
-    (['machine', 'versions'], True)
-    """
-    import dask.system
-    import distributed.system
-
-    gpus, why = gpu_names()
-    machine = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": dask.system.CPU_COUNT,
-        "cpu": _cpu_model(),
-        "memory_bytes": distributed.system.MEMORY_LIMIT,
-        "gpus": gpus,
-    }
-    if not gpus:
-        machine["gpus_missing"] = why
-    return {"versions": {m: _version(m) for m in _VERSIONED}, "machine": machine}
-
-
-def _version(module: str) -> str | None:
-    """The installed version of ``module``, without importing it where possible."""
-    if importlib.util.find_spec(module) is None:
-        return None
-    dists = _distributions().get(module)
-    if dists:
-        return importlib.metadata.version(dists[0])
-    # Not installed as a distribution, e.g. gpusort run from its source checkout.
-    return getattr(__import__(module), "__version__", "unknown")
-
-
-@functools.cache
-def _distributions() -> dict[str, list[str]]:
-    return importlib.metadata.packages_distributions()
-
-
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"

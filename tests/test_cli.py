@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
+import os
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
 
+from gpusort import runtime
 from gpusort.cli import EXAMPLES, build_parser, main
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -68,7 +72,8 @@ def test_the_help_example_runs(tmp_path, monkeypatch, capsys):
     subprocess.run(shlex.split(make_keys), check=True)
     assert main(shlex.split(sort)[1:] + ["--cluster", "threads", "--quiet"]) == 0
     assert main(shlex.split(verify)[1:] + ["--cluster", "threads", "--quiet"]) == 0
-    assert capsys.readouterr().out.startswith("OK: dst is src sorted (4194304 elements")
+    out, err = capsys.readouterr()
+    assert "OK: dst is src sorted (4194304 elements" in out and "Completed" not in err
 
 
 def test_sort_then_verify(keys, capsys):
@@ -94,11 +99,17 @@ def test_sort_on_a_local_cluster_prints_the_dashboard(keys, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["sort", "missing.zarr", "out.zarr"], "src: missing.zarr does not exist"),
     (["sort", "keys.zarr", "keys.zarr"], "dst is src"),
-    (["sort", "keys.zarr", "out.zarr", "--argsort-dst", "out.zarr"], "argsort_dst and dst are the same path"),
+    (["sort", "keys.zarr", "out.zarr", "--argsort-dst", "out.zarr"], "--argsort-dst and dst are the same path"),
     (["sort", "complex.zarr", "out.zarr"], "src has dtype complex128 (complex), which gpusort cannot sort"),
-    (["sort", "keys.zarr", "exists.zarr"], "exists; pass overwrite=True (gpusort sort --overwrite)"),
+    (["sort", "keys.zarr", "exists.zarr"], "exists; pass --overwrite to replace it"),
     (["sort", "keys.zarr", "out.zarr", "--cluster", "threads", "--gpu-memory-budget", "1GiB"],
-     "gpu_memory_budget applies to backend='cupy' only"),
+     "--gpu-memory-budget applies to --backend cupy only"),
+    (["sort", "keys.zarr", "out.zarr", "--cluster", "lcoal"],
+     "--cluster lcoal is not known; choose one of auto, threads, local, cuda, process, or a scheduler address"),
+    (["verify", "keys.zarr", "keys.zarr", "--cluster", "cuda-local"], "--cluster cuda-local is not known"),
+    (["sort", "keys.zarr", "out.zarr", "--cluster", "threads", "--workers", "2"],
+     "--workers 2 applies only to --cluster local or --cluster cuda, not to --cluster threads"),
+    (["sort", "keys.zarr", "out.zarr", "--cluster", "tcp://127.0.0.1:1"], "--cluster tcp://127.0.0.1:1: no Dask scheduler"),
     (["verify", "keys.zarr", "missing.zarr"], "dst: missing.zarr does not exist"),
     (["verify", "keys.zarr", "float.zarr"], "dst has dtype float64 but src has dtype int64"),
     (["verify", "complex.zarr", "complex.zarr"], "src has dtype complex128 (complex), which gpusort cannot sort"),
@@ -110,19 +121,64 @@ def test_user_errors_exit_2_without_a_traceback(keys, capsys, argv, message):
     zarr.create_array("float.zarr", shape=(3,), dtype="f8")
     code, _, err = run(capsys, *argv)
     assert code == 2 and message in err and "Traceback" not in err
-    assert err.startswith(f"gpusort {argv[0]}: error: ")
+    assert err.startswith(f"gpusort {argv[0]}: error: ") and err.count("\n") == 1
+    assert not Path("out.zarr").exists()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("dask_cuda") is not None, reason="dask-cuda is installed here")
-def test_cuda_cluster_needs_dask_cuda(keys, capsys):
+@pytest.mark.skipif(runtime.cuda_cluster_missing() is None, reason="a CUDA cluster can start here")
+def test_cuda_cluster_says_what_is_missing(keys, capsys):
     code, _, err = run(capsys, "sort", "keys.zarr", "out.zarr", "--cluster", "cuda")
-    assert code == 2 and "--cluster cuda needs dask-cuda: pip install" in err
+    assert code == 2 and "--cluster cuda cannot start here: " in err and "pip install" in err
+    assert "; or use --cluster local" in err and err.count("\n") == 1
+
+
+def test_new_sort_flags_parse(tmp_path):
+    args = build_parser().parse_args(["sort", "a", "b", "--workers", "3", "--threads", "2", "--memory-limit",
+                                      "4GiB", "--temp-dir", str(tmp_path)])
+    assert (args.workers, args.threads, args.memory_limit, args.temp_dir) == (3, 2, 4 * 2**30, tmp_path)
+    assert build_parser().parse_args(["sort", "a", "b", "--memory-limit", "0"]).memory_limit == 0
+
+
+def test_temp_dir_must_exist(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["sort", "a", "b", "--temp-dir", "/no/such/folder"])
+    assert exit.value.code == 2 and "'/no/such/folder' is not a directory; create it first" in capsys.readouterr().err
+
+
+def test_quiet_hides_the_bars_but_keeps_the_summary(keys, capsys):
+    code, out, err = run(capsys, "sort", "keys.zarr", "sorted.zarr", "--cluster", "threads", "--quiet")
+    assert code == 0 and "sorted 10000 int64 keys" in out and "Completed" not in err
+    code, out, err = run(capsys, "sort", "keys.zarr", "again.zarr", "--cluster", "threads", "--threads", "1")
+    assert code == 0 and "sorted 10000 int64 keys" in out and "100% Completed" in err
+
+
+def test_ctrl_c_is_one_line_and_exit_130(keys, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("gpusort.zarr_io.sort_zarr", interrupted)
+    code, out, err = run(capsys, "sort", "keys.zarr", "sorted.zarr", "--cluster", "threads")
+    assert (code, out, err) == (130, "", "gpusort sort: interrupted\n")
+
+
+def test_python_dash_m_gpusort():
+    out = subprocess.run([sys.executable, "-m", "gpusort", "--help"], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stdout.startswith("usage: gpusort ") and "sort" in out.stdout
+
+
+def test_progress_in_a_file_is_a_few_lines(keys, tmp_path):
+    """stderr to a file: no redraws (\\r), a line now and then, each bar's last state."""
+    with open(tmp_path / "log", "w") as log:
+        subprocess.run([sys.executable, "-m", "gpusort", "sort", "keys.zarr", "sorted.zarr", "--cluster", "threads"],
+                       stderr=log, check=True, env=os.environ | {"PYTHONPATH": str(ROOT)})
+    text = (tmp_path / "log").read_text()
+    assert "\r" not in text and text.count("100% Completed") == 2 and len(text.splitlines()) <= 6
 
 
 def test_info(capsys):
     code, out, _ = run(capsys, "info")
     assert code == 0
-    for word in ("gpusort", "dask", "distributed", "zarr", "numpy", "cupy", "gpus", "backend"):
+    for word in ("gpusort", "dask", "distributed", "zarr", "numpy", "cupy", "gpus", "backend", "cluster"):
         assert any(line.startswith(word) for line in out.splitlines()), word
 
 
@@ -142,3 +198,15 @@ def test_console_script_entry_point():
     out = subprocess.run([sys.executable, "-c", "import sys; from gpusort.cli import main; sys.exit(main())",
                           "--version"], capture_output=True, text=True, check=False)
     assert out.returncode == 0 and out.stdout.startswith("gpusort ")
+
+
+@pytest.mark.parametrize("content", ["not json", '{"summary": "no rows"}'])
+def test_bench_plot_with_a_bad_file_is_one_line_and_exit_2(tmp_path, capfd, content):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "bad.json").write_text(content)
+    assert main(["bench", "plot", str(tmp_path / "bad.json"), "--out", str(tmp_path / "plots")]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "bad.json is not a benchmark result" in err and "Traceback" not in err
+    code = main(["bench", "plot", str(tmp_path / "missing.json")])
+    err = capfd.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "missing.json does not exist" in err

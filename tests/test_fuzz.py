@@ -22,12 +22,12 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import gpu_count
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from reference import KEY_DTYPES, assert_same_keys, ref_argsort
 
 import gpusort
+from gpusort import runtime
 
 pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
 
@@ -108,7 +108,7 @@ VALID = {
 HOSTILE = {
     "descending": [0, 1, "yes", None, 1.0, np.int64(1)],
     "chunks": [0, -1, 2.5, "auto", True, (2, 3), float("nan"), np.float64(3.0), [4], np.bool_(True)],
-    "backend": ["NumPy", "", 3, ["numpy"], "tpu"] + (["cupy"] if gpu_count()[0] == 0 else []),
+    "backend": ["NumPy", "", 3, ["numpy"], "tpu"] + (["cupy"] if not runtime.gpus()[0] else []),
 }
 
 

@@ -16,6 +16,8 @@ sys.path.insert(0, str(BENCHMARKS))  # as `python benchmarks/bench_X.py` has it
 import harness
 from harness import Case, make_keys, parse_args
 
+from gpusort.graph import PHASES
+
 
 def args(tmp_path, *extra):
     return parse_args("test", ["--out", str(tmp_path), "--repeat", "3", "--warmup", "1", "--quiet", *extra])
@@ -141,7 +143,8 @@ def test_e2e_bench_end_to_end_then_plot(tmp_path, capsys):
     gpu_peers = {"cupy.sort", "cupy.argsort", "torch.sort"}
     assert set(summary) | {s["case"] for s in doc["skipped"]} == {"gpusort[numpy]", "dask.dataframe", "np.sort"} | gpu_peers
     assert {"gpusort[numpy]", "dask.dataframe", "np.sort"} <= set(summary)
-    assert {"runs", "merge"} <= set(summary["gpusort[numpy]"]["phases"])
+    # The graph's phases in order; tasks of no phase follow under their own names.
+    assert list(summary["gpusort[numpy]"]["phases"])[:len(PHASES)] == list(PHASES)
     assert summary["dask.dataframe"]["ratio"] == 1.0
     assert "gpusort[numpy]  20000" in capsys.readouterr().out
     pytest.importorskip("matplotlib")
@@ -162,3 +165,17 @@ def test_cluster_benches_end_to_end(tmp_path, bench, argv, measured):
     ours = [s for s in doc["summary"] if s["case"] == "gpusort[numpy]"]
     assert len(ours) == 1 and ours[0]["status"] == "ok" and ours[0]["items"] == 6000
     assert measured in ours[0]
+
+
+def test_gpu_bench_dry_run_on_cpu(tmp_path):
+    """bench_gpu_e2e's clusters, checks and measurements, on a CPU LocalCluster with backend numpy."""
+    gpu_e2e = runpy.run_path(str(BENCHMARKS / "bench_gpu_e2e.py"))
+    assert gpu_e2e["main"](["--dry-run-on-cpu", "--cases", "cupy,host", "--n-cupy", "6000", "--n-host", "6000",
+                            "--chunks-host", "3", "--gpu-counts", "1,2", "--modes", "process", "--threads", "1",
+                            "--repeat", "1", "--warmup", "0", "--host-repeat", "1", "--out", str(tmp_path),
+                            "--quiet"]) == 0
+    docs = results(tmp_path)
+    assert {d["benchmark"] for d in docs} == {"gpu_e2e-cupy", "gpu_e2e-host-1gpu-workers", "gpu_e2e-host-2gpu-process"}
+    for doc in docs:
+        (entry,) = doc["summary"]
+        assert entry["status"] == "ok" and entry["phase_runs"] > 0 and "phase_merges" in entry

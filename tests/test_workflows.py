@@ -1,12 +1,20 @@
-"""The CPU workflow (workflows/zarr_sort.py) end to end, small, on the threaded scheduler."""
+"""The workflows end to end, small, on the CPU: on the threaded scheduler and on a LocalCluster."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+import zarr
+
+from gpusort import runtime
+
 WORKFLOWS = Path(__file__).resolve().parent.parent / "workflows"
+sys.path.insert(0, str(WORKFLOWS))  # as `python workflows/NAME.py` has it
 
 
 def load(name: str):
@@ -27,3 +35,33 @@ def test_zarr_sort_workflow_sorts_verifies_and_records(tmp_path, capsys):
     summary = json.loads(path.read_text())
     assert summary["verified"] and summary["keys"] == 1000 and summary["chunks"] == 6
     assert summary["dtype"] == "float32" and (tmp_path / "work" / "sorted.zarr").is_dir()
+    assert summary["machine"]["cpus"] >= 1 and summary["config"]["cluster"] == "threads"
+
+
+def test_zarr_sort_workflow_sorts_a_given_array_on_a_local_cluster(tmp_path, capsys):
+    keys = np.random.default_rng(1).integers(0, 100, 5000)
+    zarr.create_array(str(tmp_path / "keys.zarr"), data=keys, chunks=(1000,))
+    code = load("zarr_sort").main(["--src", str(tmp_path / "keys.zarr"), "--backend", "numpy", "--cluster", "local",
+                                   "--workers", "2", "--threads", "1", "--out", str(tmp_path / "out")])
+    assert code == 0 and "(2 workers)" in capsys.readouterr().out
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "keys-sorted.zarr"))[:], np.sort(keys))
+
+
+def test_out_of_core_sort_workflow_on_cpus(tmp_path, capsys):
+    code = load("out_of_core_sort").main(["--keys", "20000", "--chunks", "4", "--backend", "numpy", "--cluster",
+                                          "local", "--workers", "2", "--threads", "1", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0 and "numpy backend" in out and "OK: dst is src sorted (20000 elements" in out
+    (path,) = tmp_path.glob("out_of_core_sort-*.json")
+    (run,) = json.loads(path.read_text())["runs"]
+    assert run["verified"] and run["workers"] == 2 and run["keys"] == 20000
+    assert list(run["phase_seconds"])[:3] == ["runs", "splitters", "merges"]
+
+
+@pytest.mark.skipif(runtime.cuda_cluster_missing() is None, reason="a CUDA cluster can start here")
+@pytest.mark.parametrize("workflow", ["zarr_sort", "out_of_core_sort"])
+def test_workflows_without_a_gpu_say_why_in_one_line(tmp_path, capsys, workflow):
+    with pytest.raises(SystemExit) as exit:
+        load(workflow).main(["--cluster", "cuda", "--keys", "100", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and err.count("\n") == 1 and "--cluster cuda cannot start here: " in err

@@ -1,25 +1,30 @@
 """gpusort's main job: sort a Zarr array on disk, prove the result, report.
 
-With no arguments it runs on an embedded default: a LocalCluster started
-here, 2^25 random int64 keys (256 MiB) in 32 chunks written to a Zarr store
-in a temporary folder, sorted disk to disk with ``gpusort.sort_zarr`` (runs
-kept on disk between the phases), checked with ``gpusort.verify.verify``,
-timed, printed, and saved as JSON under ``--out``.
+With no arguments it runs on an embedded default: 2^25 random int64 keys
+(256 MiB) in 32 chunks written to a Zarr store in a temporary folder, sorted
+disk to disk with ``gpusort.sort_zarr`` (runs kept on disk between the
+phases), checked with ``gpusort.verify.verify``, timed, printed, and saved as
+JSON under ``--out``.  It computes where ``--cluster`` says
+(``gpusort.runtime.cluster``; ``auto``: a LocalCUDACluster, one worker per
+GPU, where CuPy, dask-cuda and a GPU are present, else a LocalCluster), with
+``--backend cupy`` by default where a GPU is seen.  ``--src`` sorts an
+existing array instead.
 
     python workflows/zarr_sort.py
-    python workflows/zarr_sort.py --keys 1e9 --chunks 256 --cluster cuda --backend cupy --workdir /scratch
+    python workflows/zarr_sort.py --keys 1e9 --chunks 256 --workdir /scratch
+    python workflows/zarr_sort.py --src keys.zarr --dst sorted.zarr --overwrite --gpu-memory-budget 4GiB
+    python workflows/zarr_sort.py --keys 2**30 --chunks 64 --protocol ucx --rmm-pool-size 16GiB
 
-Exit status 0 when the output is verified to be the input sorted, 1 when not.
+Exit status 0 when the output is verified to be the input sorted, 1 when
+not, 2 for a cluster this machine cannot start (the message says why).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import dask.array as da
@@ -30,28 +35,35 @@ _CHECKOUT = Path(__file__).resolve().parent.parent
 if (_CHECKOUT / "gpusort" / "__init__.py").is_file() and str(_CHECKOUT) not in sys.path:
     sys.path.insert(0, str(_CHECKOUT))
 
-import gpusort
-from gpusort.cli import count, default_backend, environment, scheduler
-from gpusort.verify import verify
+import gpusort  # noqa: E402
+from gpusort import runtime  # noqa: E402
+from gpusort.verify import verify  # noqa: E402
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--keys", type=count, default=2**25,
-                        help="number of keys, e.g. 33554432 or 1e9 (default: %(default)s)")
-    parser.add_argument("--chunks", type=count, default=32,
-                        help="number of chunks; fewer where the keys do not fill them (default: %(default)s)")
-    parser.add_argument("--dtype", default="int64", help="key dtype: int*, uint*, float* (default: %(default)s)")
+    parser.add_argument("--src", type=Path, help="a 1-D Zarr array to sort (default: random keys, made first)")
+    parser.add_argument("--dst", type=Path,
+                        help="where the sorted array goes (default: beside --src as NAME-sorted.zarr, "
+                             "else sorted.zarr in the work folder)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --dst if it exists")
+    parser.add_argument("--keys", type=runtime.count, default=2**25,
+                        help="random keys to make without --src, e.g. 33554432 or 1e9 (default: %(default)s)")
+    parser.add_argument("--chunks", type=runtime.count, default=32,
+                        help="chunks of the random keys; fewer where the keys do not fill them (default: %(default)s)")
+    parser.add_argument("--dtype", default="int64", help="random key dtype: int*, uint*, float* (default: %(default)s)")
     parser.add_argument("--descending", action="store_true", help="sort largest first")
-    parser.add_argument("--backend", choices=("numpy", "cupy"), default=default_backend(),
+    parser.add_argument("--backend", choices=("numpy", "cupy"), default=runtime.default_backend(),
                         help="where runs are sorted and merged (default here: %(default)s)")
-    parser.add_argument("--cluster", default="local", metavar="local|cuda|threads|ADDRESS",
-                        help="as for `gpusort sort` (default: %(default)s)")
+    parser.add_argument("--gpu-memory-budget", type=runtime.size,
+                        help="with --backend cupy: GPU memory per worker, e.g. 4GiB (default: gpusort's)")
     parser.add_argument("--workdir", type=Path,
-                        help="folder for the Zarr stores, kept afterwards (default: a temporary folder, removed)")
+                        help="folder for the random keys and their sorted copy, kept afterwards "
+                             "(default: a temporary folder, removed)")
     parser.add_argument("--out", type=Path, default=Path("results"),
                         help="folder for the JSON summary (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the keys (default: %(default)s)")
+    runtime.add_options(parser, gpu=True)
     args = parser.parse_args(argv)
     try:
         dtype = np.dtype(args.dtype)
@@ -63,44 +75,50 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpusort-zarr-sort-") as scratch:
         workdir = args.workdir or Path(scratch)
         workdir.mkdir(parents=True, exist_ok=True)
-        src, dst = workdir / "keys.zarr", workdir / "sorted.zarr"
-        chunk = -(-args.keys // args.chunks)
-        nchunks = -(-args.keys // chunk)  # 10 keys in 6 chunks of 2 are 5 chunks
-        with scheduler(args.cluster) as client:
+        src = args.src or workdir / "keys.zarr"
+        dst = args.dst or (src.parent / f"{src.stem}-sorted.zarr" if args.src else workdir / "sorted.zarr")
+        options = dict(descending=args.descending, backend=args.backend, overwrite=args.overwrite or args.src is args.dst is None,
+                       gpu_memory_budget=args.gpu_memory_budget)
+        with runtime.from_options(args, parser) as client:
             workers = len(client.scheduler_info()["workers"]) if client is not None else 0
             seconds = {}
+            if args.src is None:
+                start = time.perf_counter()
+                chunk = -(-args.keys // args.chunks)
+                random_keys(args.keys, chunk, dtype, args.seed).to_zarr(str(src), overwrite=True)
+                seconds["generate"] = time.perf_counter() - start
             start = time.perf_counter()
-            random_keys(args.keys, chunk, dtype, args.seed).to_zarr(str(src), overwrite=True)
-            seconds["generate"] = time.perf_counter() - start
-            start = time.perf_counter()
-            gpusort.sort_zarr(src, dst, descending=args.descending, backend=args.backend, overwrite=True)
+            gpusort.sort_zarr(src, dst, **options)
             seconds["sort"] = time.perf_counter() - start
             start = time.perf_counter()
             report = verify(src, dst, descending=args.descending)
             seconds["verify"] = time.perf_counter() - start
+        n, key_dtype, nchunks = report.n_dst, *_shape(src)
 
     summary = {
-        "workflow": "zarr_sort",
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "keys": args.keys, "dtype": str(dtype), "chunks": nchunks, "bytes": args.keys * dtype.itemsize,
-        "workers": workers, "seconds": seconds, "keys_per_second": args.keys / seconds["sort"],
+        "workflow": "zarr_sort", "config": vars(args), "src": src, "dst": dst,
+        "keys": n, "dtype": key_dtype, "chunks": nchunks, "bytes": n * np.dtype(key_dtype).itemsize,
+        "workers": workers, "seconds": seconds, "keys_per_second": n / seconds["sort"],
         "verified": report.ok, "verify": str(report),
-        **environment(),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"zarr_sort-{datetime.now():%Y%m%d-%H%M%S}-{time.time_ns() % 10**6:06d}.json"
-    path.write_text(json.dumps(summary, indent=1) + "\n")
+    path = runtime.write_json(args.out, "zarr_sort", summary)
 
-    mib = args.keys * dtype.itemsize / 2**20
-    print(f"gpusort zarr_sort: {args.keys} {dtype} keys ({mib:.0f} MiB) in {nchunks} chunks, "
+    print(f"gpusort zarr_sort: {n} {key_dtype} keys ({summary['bytes'] / 2**20:.0f} MiB) in {nchunks} chunks, "
           f"{args.backend} backend, cluster {args.cluster} ({workers} workers)")
-    print(f"  generate  {seconds['generate']:7.2f} s")
-    print(f"  sort      {seconds['sort']:7.2f} s   {args.keys / seconds['sort'] / 1e6:.1f} Mkeys/s"
-          f"{'  (descending)' if args.descending else ''}")
-    print(f"  verify    {seconds['verify']:7.2f} s   {report}")
+    for name, s in seconds.items():
+        print(f"  {name:9} {s:7.2f} s" + (f"   {n / s / 1e6:.1f} Mkeys/s" if name == "sort" else "")
+              + ("  (descending)" if name == "sort" and args.descending else ""))
+    print(f"  verified  {report}")
     print(f"results: {path}")
     return 0 if report.ok else 1
+
+
+def _shape(path: Path) -> tuple[str, int]:
+    """(dtype, number of chunks) of the Zarr array at ``path``."""
+    import zarr
+
+    z = zarr.open_array(str(path), mode="r")
+    return str(z.dtype), -(-z.shape[0] // z.chunks[0]) if z.shape[0] else 0
 
 
 def random_keys(n: int, chunk: int, dtype: np.dtype, seed: int) -> da.Array:

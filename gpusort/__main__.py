@@ -1,0 +1,7 @@
+"""``python -m gpusort``: the ``gpusort`` command."""
+
+import sys
+
+from gpusort.cli import main
+
+sys.exit(main())

@@ -1,0 +1,148 @@
+"""gpusort.runtime: the cluster factory, the GPU probe, time by phase, bytes moved, progress lines."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import time
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import wait
+
+import gpusort
+from gpusort import runtime
+from gpusort.graph import PHASES
+
+
+def test_threads_yields_no_client_and_sets_the_threads():
+    with runtime.cluster("threads", threads=3) as client:
+        assert client is None
+        assert dask.config.get("scheduler") == "threads" and dask.config.get("num_workers") == 3
+    assert dask.config.get("num_workers", None) != 3
+
+
+def test_local_cluster_with_two_single_thread_workers_and_phase_costs():
+    with runtime.cluster("local", workers=2, threads=1) as client:
+        assert sorted(client.nthreads().values()) == [1, 1]
+        x = da.from_array(np.random.default_rng(0).integers(0, 1000, 20_000), chunks=5_000).persist()
+        wait(x)
+        moved, start = runtime.bytes_moved(client), time.time()
+        y = gpusort.sort(x).persist()
+        wait(y)
+        costs = runtime.task_costs(client, start)
+        assert list(costs)[:len(PHASES)] == list(PHASES)  # every phase ran, reported in the graph's order
+        assert all(costs[p]["tasks"] >= 1 and costs[p]["seconds"] > 0 for p in PHASES)
+        assert costs["runs"]["tasks"] == 4  # one run per input chunk
+        assert runtime.phase_seconds(client, start).keys() == costs.keys()
+        assert runtime.bytes_moved(client) - moved > 0  # two workers merge each other's runs
+        np.testing.assert_array_equal(y.compute(), np.sort(x.compute()))
+
+
+def test_phase_of_follows_graph_phases_and_keeps_unknown_prefixes(monkeypatch):
+    monkeypatch.setitem(PHASES, "splitters", ("probe",))
+    assert runtime.phase_of(("probe-123abc", 0)) == "splitters"
+    assert runtime.phase_of("samples-123abc") == "samples"  # no longer a splitter prefix: its own name
+    assert runtime.phase_of(("merge-sorted-123abc", 2)) == "merges"
+
+
+@pytest.mark.parametrize("kind, options, message", [
+    ("lcoal", {}, "kind='lcoal' is not known; choose one of auto, threads, local, cuda, process, or a scheduler"),
+    ("threads", {"workers": 2}, "workers=2 applies only to kind='local' or kind='cuda', not to kind='threads'"),
+    ("local", {"rmm_pool_size": "1GiB"}, "rmm_pool_size='1GiB' applies only to kind='cuda', not to kind='local'"),
+    ("tcp://10.0.0.1:8786", {"threads": 2}, "threads=2 applies only to"),
+    ("local", {"workers": 0}, "workers=0: give a whole number of at least 1"),
+])
+def test_bad_cluster_options_say_what_and_how(kind, options, message):
+    with pytest.raises(ValueError) as error:
+        with runtime.cluster(kind, **options):
+            pass
+    assert message in str(error.value)
+
+
+@pytest.mark.skipif(runtime.cuda_cluster_missing() is None, reason="a CUDA cluster can start here")
+def test_cuda_without_the_gpu_stack_says_what_to_install():
+    with pytest.raises(ValueError, match=r"kind='cuda' cannot start here: .*pip install.*; or use kind='local'"):
+        with runtime.cluster("cuda"):
+            pass
+
+
+def test_auto_is_local_without_a_gpu_stack():
+    assert runtime.resolve("auto") == ("local" if runtime.cuda_cluster_missing() else "cuda")
+
+
+def test_the_probe_and_the_default_backend_agree():
+    names, why = runtime.gpus()
+    assert bool(names) != bool(why)
+    assert runtime.default_backend() == ("cupy" if names else "numpy")
+
+
+def test_options_to_cluster():
+    parser = argparse.ArgumentParser()
+    runtime.add_options(parser, gpu=True)
+    args = parser.parse_args(["--cluster", "threads", "--threads", "2", "--memory-limit", "0"])
+    assert (args.threads, args.memory_limit, args.gpus, args.protocol) == (2, 0, None, None)
+    with pytest.raises(ValueError, match="memory_limit=0 applies only to"):
+        with runtime.from_options(args):
+            pass
+    with pytest.raises(SystemExit) as exit:
+        with runtime.from_options(args, parser):
+            pass
+    assert exit.value.code == 2
+
+
+def test_flags():
+    assert runtime.flags("kind='x' is not known; pass overwrite=True") == "--cluster x is not known; pass --overwrite"
+    assert runtime.flags("the workers merge chunks") == "the workers merge chunks"  # words, not arguments
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_redraws_in_a_file_become_a_line_now_and_then():
+    log, clock = io.StringIO(), FakeClock()
+    lines = runtime._Lines(log, every=30.0, clock=clock)
+    for second in range(222 * 10):  # a 222 s bar, redrawn every 0.1 s
+        clock.now = second / 10
+        lines.write(f"\r[{second:5}] | {second // 22}% Completed | {second / 10:.1f}s")
+    lines.write("\n")
+    print("done", file=lines)
+    lines.finish()
+    written = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue() and 8 <= len(written) <= 10
+    assert written[0].startswith("[    0]") and written[-2].startswith("[ 2219]") and written[-1] == "done"
+
+
+def test_distributed_bars_end_with_their_last_state():
+    log = io.StringIO()
+    lines = runtime._Lines(log, every=30.0)
+    lines.write("\r[#   ] | 25% Completed | 1s")
+    lines.write("\r[####] | 100% Completed | 4s")
+    lines.write("\x1b[2K\r")  # distributed's text bar clears its line when done
+    lines.finish()
+    assert log.getvalue() == "[#   ] | 25% Completed | 1s\n[####] | 100% Completed | 4s\n"
+
+
+def test_progress_leaves_a_terminal_alone(monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    with runtime.progress() as stream:
+        assert stream is terminal
+        stream.write("\r[#] 1%\r[##] 2%")
+    assert terminal.getvalue() == "\r[#] 1%\r[##] 2%"
+
+
+def test_write_json_never_overwrites(tmp_path):
+    paths = {runtime.write_json(tmp_path, "demo", {"n": i}) for i in range(5)}
+    assert len(paths) == 5 and all(p.name.startswith("demo-") for p in paths)
