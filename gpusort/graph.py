@@ -47,7 +47,7 @@ PHASES: dict[str, tuple[str, ...]] = {
     "runs": ("runs",),
     "splitters": ("samples", "plan", "windows", "splits"),
     "exchange": ("transfer", "shuffle"),
-    "merges": ("merge",),
+    "merges": ("merge", "sorted"),
 }
 
 

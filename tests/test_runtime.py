@@ -30,7 +30,8 @@ def test_local_cluster_with_two_single_thread_workers_and_phase_costs():
         x = da.from_array(np.random.default_rng(0).integers(0, 1000, 20_000), chunks=5_000).persist()
         wait(x)
         moved, start = runtime.bytes_moved(client), time.time()
-        y = gpusort.sort(x).persist()
+        with dask.config.set({"gpusort.task-bytes": 0}):  # one run per chunk, unbatched
+            y = gpusort.sort(x).persist()
         wait(y)
         costs = runtime.task_costs(client, start)
         assert list(costs)[:len(PHASES)] == list(PHASES)  # every phase ran, reported in the graph's order
