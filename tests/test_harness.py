@@ -144,7 +144,9 @@ def test_e2e_bench_end_to_end_then_plot(tmp_path, capsys):
     assert set(summary) | {s["case"] for s in doc["skipped"]} == {"gpusort[numpy]", "dask.dataframe", "np.sort"} | gpu_peers
     assert {"gpusort[numpy]", "dask.dataframe", "np.sort"} <= set(summary)
     # The graph's phases in order; tasks of no phase follow under their own names.
-    assert list(summary["gpusort[numpy]"]["phases"])[:len(PHASES)] == list(PHASES)
+    # (the exchange runs only between several workers).
+    ran = [p for p in summary["gpusort[numpy]"]["phases"] if p in PHASES]
+    assert ran == [p for p in PHASES if p in ran] and {"runs", "merges"} <= set(ran)
     assert summary["dask.dataframe"]["ratio"] == 1.0
     assert "gpusort[numpy]  20000" in capsys.readouterr().out
     pytest.importorskip("matplotlib")
