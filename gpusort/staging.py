@@ -170,20 +170,12 @@ class GpuMemory:
         current = getattr(cupy.cuda, "get_allocator", lambda: None)()
         upstream = current if "rmm" in str(getattr(current, "__module__", "")) else None
         self.pool = cupy.cuda.MemoryPool(upstream) if upstream is not None else cupy.cuda.MemoryPool()
-        self.budget = 0
+        self.budget = int(budget)
+        self.pool.set_limit(size=self.budget)
         self.reserved = 0
         self.peak_bytes = 0
         self.peak_used_bytes = 0
         self._lock = threading.Condition()
-        self.set_budget(budget)
-
-    def set_budget(self, budget: int) -> None:
-        with self._lock:
-            self.budget = int(budget)
-            self.pool.set_limit(size=self.budget)
-            if self.pool.total_bytes() > self.budget:  # shrunk: give back what is cached
-                self.pool.free_all_blocks()
-            self._lock.notify_all()
 
     def malloc(self, size: int):
         try:

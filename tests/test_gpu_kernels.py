@@ -1,9 +1,9 @@
 """gpusort.gpu and the CuPy backend against NumPy, on a GPU.
 
-The reference for every sort is NumPy's stable argsort of the order keys
-(gpusort.order.encode): ascending is ``np.sort``'s order (NaN last, -0.0 tied
-with 0.0), descending is its reverse with NaN still last, and ties keep input
-order either way.  A stable sort's output is unique, so results are compared
+The reference for every sort is :mod:`reference` (Python's stable ``sorted``
+by ``(is NaN, ±value)``, independent of the code under test): ascending is
+``np.sort``'s order (NaN last, -0.0 tied with 0.0), descending is its reverse
+with NaN still last, and ties keep input order either way.  A stable sort's output is unique, so results are compared
 bit for bit: NaN payloads and the sign of zero must survive.
 """
 
@@ -18,6 +18,7 @@ cupy = pytest.importorskip("cupy")
 
 from gpusort import kernels, order  # noqa: E402
 from gpusort.backends.cupy import BACKEND  # noqa: E402
+from reference import ref_argsort  # noqa: E402
 
 gpu = pytest.importorskip("gpusort.gpu")
 
@@ -65,10 +66,6 @@ def make_keys(dtype, n: int, pattern: str, rng) -> np.ndarray:
             pool = np.array([info.min, info.max, 0, 1, info.max - 1, info.min + 1], dtype)
         x = pool[rng.integers(0, pool.size, n)]
     return x
-
-
-def ref_argsort(x: np.ndarray, descending: bool) -> np.ndarray:
-    return np.argsort(order.encode(x, descending), kind="stable")
 
 
 def bits(x):

@@ -67,24 +67,49 @@ def balanced(chunks, n, length):
 @settings(max_examples=150, deadline=None)
 @given(cases())
 def test_sort_argsort_sort_by_key_match_numpy(case):
+    check_against_numpy(case)
+
+
+# CuPy holds no datetimes: CuPy chunks are tried with the other key dtypes.
+CUPY_KEY_DTYPES = [d for d in KEY_DTYPES if np.dtype(d).kind not in "mM"]
+
+
+@pytest.mark.gpu
+@settings(max_examples=60, deadline=None)
+@given(cases(), st.sampled_from(["host chunks", "cupy chunks"]))
+def test_cupy_backend_matches_numpy(case, where):
+    """The same property on the GPU: host chunks sorted out of core, and CuPy chunks."""
+    cupy = pytest.importorskip("cupy")
+    if where == "host chunks":
+        check_against_numpy(case, backend="cupy")
+    elif case[0].dtype.name in CUPY_KEY_DTYPES:
+        check_against_numpy(case, to_chunks=lambda a: a.map_blocks(cupy.asarray), to_host=cupy.asnumpy)
+
+
+def check_against_numpy(case, backend=None, to_chunks=lambda a: a, to_host=np.asarray):
+    """sort, argsort and sort_by_key of one drawn case, exactly as the independent reference says."""
     x, chunks, out, descending = case
     before = x.copy()
-    keys = da.from_array(x, chunks=(chunks,))
+    keys = to_chunks(da.from_array(x, chunks=(chunks,)))
     want = ref_argsort(x, descending)
     length = out or -(-len(x) // len(chunks)) or 1
 
-    got = gpusort.sort(keys, descending=descending, chunks=out)
+    got = gpusort.sort(keys, descending=descending, chunks=out, backend=backend)
     assert balanced(got.chunks, len(x), min(length, max(len(x), 1)))
-    assert_same_keys(got.compute(), x[want])
+    assert_same_keys(to_host(got.compute()), x[want])
 
-    positions = gpusort.argsort(keys, descending=descending, chunks=out)
+    positions = gpusort.argsort(keys, descending=descending, chunks=out, backend=backend)
     assert positions.chunks == got.chunks
-    np.testing.assert_array_equal(positions.compute(), want)
+    np.testing.assert_array_equal(to_host(positions.compute()), want)
 
-    values = da.from_array(np.arange(len(x)).astype("S8"), chunks=(chunks,))
-    k, v = gpusort.sort_by_key(keys, values, descending=descending, chunks=out)
-    assert_same_keys(k.compute(), x[want], bits="exact")
-    np.testing.assert_array_equal(v.compute(), np.arange(len(x)).astype("S8")[want])
+    values = to_chunks(da.from_array(np.arange(len(x), dtype=np.int32)[::-1].copy(), chunks=(chunks,)))
+    k, v = gpusort.sort_by_key(keys, values, descending=descending, chunks=out, backend=backend)
+    assert_same_keys(to_host(k.compute()), x[want], bits="exact")
+    np.testing.assert_array_equal(to_host(v.compute()), np.arange(len(x), dtype=np.int32)[::-1][want])
+    if to_host is np.asarray:  # host chunks carry any fixed-width values: bytes, moved by position
+        values = da.from_array(np.arange(len(x)).astype("S8"), chunks=(chunks,))
+        k, v = gpusort.sort_by_key(keys, values, descending=descending, chunks=out, backend=backend)
+        np.testing.assert_array_equal(v.compute(), np.arange(len(x)).astype("S8")[want])
     np.testing.assert_array_equal(x.view(np.uint8), before.view(np.uint8))
 
 

@@ -41,13 +41,19 @@ DEFAULT_FRACTION = 0.5
 #: 6.8 MB allocation with 43.6 MB held (H100, test_gpu_e2e).
 PLAN_FRACTION = 0.75
 
-_memories: dict[int, staging.GpuMemory] = {}
+_memories: dict[tuple[int, int], staging.GpuMemory] = {}
 _defaults: dict[int, int] = {}
 _memories_lock = threading.Lock()
 
 
 def gpu_memory(budget: int | None = None) -> staging.GpuMemory:
-    """The current device's budgeted memory, its limit set to ``budget`` (or the default)."""
+    """The current device's budgeted memory for ``budget`` bytes (or the default).
+
+    One pool per (device, budget): sorts that run at once in one worker with
+    different budgets each keep their own limit, rather than resetting a
+    shared one under each other's feet; sorts with the same budget share its
+    pool, and together stay within it.
+    """
     device = cupy.cuda.Device().id
     with _memories_lock:
         if budget is None:
@@ -55,32 +61,32 @@ def gpu_memory(budget: int | None = None) -> staging.GpuMemory:
                 free, _ = cupy.cuda.runtime.memGetInfo()
                 _defaults[device] = max(2 * plan.FIXED_BYTES, int(free * DEFAULT_FRACTION))
             budget = _defaults[device]
-        memory = _memories.get(device)
+        memory = _memories.get((device, budget))
         if memory is None:
-            memory = _memories[device] = staging.GpuMemory(budget)
-        elif memory.budget != budget:
-            memory.set_budget(budget)
+            memory = _memories[(device, budget)] = staging.GpuMemory(budget)
         return memory
 
 
 def memory_stats(reset: bool = False) -> dict[str, Any]:
     """Measured GPU memory of the out-of-core path in this process (run it on each worker).
 
-    ``peak_bytes`` is the high-water mark of the budgeted pool (what it held
+    ``peak_bytes`` is the high-water mark of a budgeted pool (what it held
     from the GPU), ``peak_used_bytes`` that of its live arrays, both since the
-    last ``reset`` and the largest over this process's GPUs; ``budget_bytes``
-    the limit (per GPU); ``devices`` the same per device.  Empty if the path
+    last ``reset``, and ``budget_bytes`` its budget: each the largest over
+    this process's pools, one per (GPU, budget), so ``peak_bytes <=
+    budget_bytes`` whenever every sort kept within its own budget.  ``pools``
+    has every pool's figures, keyed ``(device, budget)``.  Empty if the path
     never ran here.
     """
-    devices = {}
-    for device, memory in sorted(_memories.items()):
-        devices[device] = memory.stats()
+    pools = {}
+    for key, memory in sorted(_memories.items()):
+        pools[key] = memory.stats()
         if reset:
             memory.reset_peak()
-    if not devices:
+    if not pools:
         return {}
     keys = ("budget_bytes", "peak_bytes", "peak_used_bytes")
-    return {k: max(d[k] for d in devices.values()) for k in keys} | {"devices": devices}
+    return {k: max(p[k] for p in pools.values()) for k in keys} | {"pools": pools}
 
 
 _threads = threading.local()
