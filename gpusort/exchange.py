@@ -61,6 +61,19 @@ from gpusort.graph import merge_pieces
 #: as frames (distributed's own threshold for P2P shards).
 _SMALL_SHARD_BYTES = 65536
 
+_sent = {"bytes": 0, "messages": 0}
+_sent_lock = threading.Lock()
+
+
+def sent() -> dict[str, int]:
+    """Bytes of slabs and messages this process has sent to other workers in exchanges so far.
+
+    Run it on the workers (``client.run``): P2P's messages bypass Dask's own
+    transfer log, so this is how benchmarks count what an exchange moved.
+    """
+    with _sent_lock:
+        return dict(_sent)
+
 
 @dataclass(frozen=True)
 class SortExchangeSpec(ShuffleSpec[int]):
@@ -160,6 +173,9 @@ class SortExchangeRun(ShuffleRun[int, Any]):
         small = arrays and sum(a.nbytes for a in arrays) // len(arrays) < _SMALL_SHARD_BYTES
         # The parent measures shards with memoryview, which CuPy arrays lack.
         payload = pickle.dumps(shards, protocol=5) if small else shards
+        with _sent_lock:
+            _sent["bytes"] += sum(a.nbytes for a in arrays)
+            _sent["messages"] += 1
         return await retry(lambda: self._send(address, payload), count=self.RETRY_COUNT,
                            delay_min=self.RETRY_DELAY_MIN, delay_max=self.RETRY_DELAY_MAX)
 

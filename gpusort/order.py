@@ -159,10 +159,11 @@ class _Bits:
         self.int = np.dtype(f"i{dtype.itemsize}")
         self.shift = self.int.type(8 * dtype.itemsize - 1)
         self.sign = self.uint.type(1 << (8 * dtype.itemsize - 1))
-        inf = np.array(np.inf, dtype).view(self.uint)
+        # Scalars, not 0-d arrays: CuPy takes NumPy scalars as operands, not arrays.
+        inf = np.array(np.inf, dtype).view(self.uint)[()]
         # How many NaN bit patterns one sign has: every magnitude above inf's.
         self.nans = self.uint.type(int(self.sign) - 1 - int(inf))
-        self.canonical_nan = np.array(np.nan, dtype).view(self.uint)
+        self.canonical_nan = np.array(np.nan, dtype).view(self.uint)[()]
 
     def signs(self, u: Any) -> Any:
         """All ones where ``u``'s sign bit is set, else zero (an arithmetic shift)."""

@@ -564,12 +564,18 @@ def phase_seconds(client: Any, start: float) -> dict[str, float]:
 
 
 def bytes_moved(client: Any) -> int:
-    """Bytes the workers of ``client`` have received from one another so far."""
+    """Bytes the workers of ``client`` have moved between one another so far.
 
-    def received(dask_worker: Any) -> int:
-        return int(sum(t.get("total", 0) for t in dask_worker.transfer_incoming_log))
+    Dask's own transfers (task results a worker fetched) and the slabs of
+    gpusort's exchanges, which travel as P2P messages outside Dask's log.
+    """
 
-    return sum(client.run(received).values())
+    def moved(dask_worker: Any) -> int:
+        from gpusort.exchange import sent
+
+        return int(sum(t.get("total", 0) for t in dask_worker.transfer_incoming_log)) + sent()["bytes"]
+
+    return sum(client.run(moved).values())
 
 
 # --- progress -------------------------------------------------------------------------------
