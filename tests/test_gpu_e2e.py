@@ -169,9 +169,13 @@ def test_worker_killed_mid_sort_result_still_exact(client, layer):
 
 
 @pytest.mark.multi_gpu
-def test_two_gpus_exact_with_both_chunk_types():
+@pytest.mark.parametrize("protocol", ["tcp", "ucx"])
+def test_two_gpus_exact_with_both_chunk_types(protocol):
+    if protocol == "ucx":
+        pytest.importorskip("distributed_ucxx")
     n_gpus = cupy.cuda.runtime.getDeviceCount()
-    cluster = dask_cuda.LocalCUDACluster(n_workers=n_gpus, threads_per_worker=2, dashboard_address=None)
+    cluster = dask_cuda.LocalCUDACluster(n_workers=n_gpus, threads_per_worker=2, protocol=protocol,
+                                         dashboard_address=None)
     with cluster, Client(cluster) as c:
         assert len(c.scheduler_info()["workers"]) == n_gpus
         x = da.random.default_rng(2).integers(0, 2**40, 2**23, chunks=2**19).persist()
