@@ -175,6 +175,7 @@ class GpuMemory:
         self.reserved = 0
         self.peak_bytes = 0
         self.peak_used_bytes = 0
+        self.steps = 0  # steps run since the last reset_peak
         self._lock = threading.Condition()
 
     def malloc(self, size: int):
@@ -204,6 +205,7 @@ class GpuMemory:
         return self._run(self.budget, fn, args, alone=True)
 
     def _run(self, nbytes: int, fn, args, alone: bool = False):
+        self.steps += 1
         with self._reserve(nbytes), cupy.cuda.using_allocator(self.malloc), stream() as s:
             if alone:
                 s.synchronize()
@@ -231,5 +233,6 @@ class GpuMemory:
                 "peak_used_bytes": self.peak_used_bytes, "pool_bytes": self.pool.total_bytes()}
 
     def reset_peak(self) -> None:
+        self.steps = 0
         self.peak_bytes = self.pool.total_bytes()
         self.peak_used_bytes = self.pool.used_bytes()

@@ -15,6 +15,7 @@ import ctypes
 import gc
 import hashlib
 import os
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -367,18 +368,22 @@ def test_sort_zarr_unreadable_chunk_error_names_the_chunk(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("layer, index", [("runs", 3), ("splits", None), ("merge", 2)])
+@pytest.mark.parametrize("layer, index", [("runs", 3), ("splits", None), ("transfer", 3), ("merge", 2)])
 def test_worker_killed_on_local_cuda_cluster(tmp_path, layer, index):
     cupy = pytest.importorskip("cupy")
     dask_cuda = pytest.importorskip("dask_cuda")
-    with dask_cuda.LocalCUDACluster(n_workers=1, dashboard_address=None) as cluster, Client(cluster) as client:
+    gpus = cupy.cuda.runtime.getDeviceCount()
+    if layer == "transfer" and gpus < 2:
+        pytest.skip("the exchange's transfer tasks run between two or more GPU workers")
+    with dask_cuda.LocalCUDACluster(n_workers=gpus, dashboard_address=None) as cluster, Client(cluster) as client:
         client.register_plugin(Sabotage(str(tmp_path)), name="sabotage")
         n = 2_000_000
         x = skewed(12, n)
         keys = da.from_array(x, chunks=n // 8).map_blocks(cupy.asarray)
         values = da.from_array(np.arange(n, dtype=np.int64), chunks=n // 8).map_blocks(cupy.asarray)
         (marker,) = arm(tmp_path, layer, index)
-        sk, sv = client.compute(gpusort.sort_by_key(keys, values, chunks=n // 6), sync=True)
+        with dask.config.set(ONE_CHUNK_PER_TASK):
+            sk, sv = client.compute(gpusort.sort_by_key(keys, values, chunks=n // 6), sync=True)
         fired_pid(marker)
         want = np.argsort(x, kind="stable")
         np.testing.assert_array_equal(cupy.asnumpy(sv), want)
@@ -388,10 +393,34 @@ def test_worker_killed_on_local_cuda_cluster(tmp_path, layer, index):
 @pytest.mark.gpu
 @pytest.mark.timeout(300)
 def test_repeated_gpu_sorts_do_not_leak_gpu_memory():
-    """20 sorts of CuPy chunks: the CuPy pool's used bytes come back to where they were."""
+    """20 sorts of CuPy chunks: no array outlives its sort, and the pool's cache stays bounded.
+
+    The pool's total once grew over 20 sorts (350 -> 451 MB on the H200) and
+    looked like a leak.  Measured (H200, 2026-11-23): live bytes come back to
+    zero after every sort, while the pool keeps ~4x the peak of live bytes as
+    free blocks -- fragmentation of CuPy's caching pool under concurrent
+    tasks, whose interleaving now and then needs a new size class.  So what is
+    asserted is no leak, and a cache bounded by the live peak.
+    """
     cupy = pytest.importorskip("cupy")
     pool = cupy.get_default_memory_pool()
     n = 2**22
+
+    class LivePeak(cupy.cuda.MemoryHook):
+        name = "live-peak"
+
+        def __init__(self):
+            self.live, self.peak, self.sizes, self.lock = 0, 0, {}, threading.Lock()
+
+        def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):
+            with self.lock:
+                self.sizes[mem_ptr] = mem_size
+                self.live += mem_size
+                self.peak = max(self.peak, self.live)
+
+        def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
+            with self.lock:
+                self.live -= self.sizes.pop(mem_ptr, mem_size)
 
     def one(seed):
         x = cupy.random.default_rng(seed).standard_normal(n)
@@ -401,10 +430,10 @@ def test_repeated_gpu_sorts_do_not_leak_gpu_memory():
 
     one(0)  # kernels compiled, pool warmed
     gc.collect()
-    used0, total = pool.used_bytes(), []
-    for seed in range(1, 21):
-        one(seed)
-        gc.collect()
-        total.append(pool.total_bytes())
-        assert pool.used_bytes() == used0, f"sort {seed} left {pool.used_bytes() - used0} bytes in use"
-    assert max(total[10:]) <= max(total[:10]), f"the pool kept growing: {total}"
+    used0, peak = pool.used_bytes(), LivePeak()
+    with peak:
+        for seed in range(1, 21):
+            one(seed)
+            gc.collect()
+            assert pool.used_bytes() == used0, f"sort {seed} left {pool.used_bytes() - used0} bytes in use"
+    assert pool.total_bytes() <= 8 * peak.peak, (pool.total_bytes(), peak.peak)

@@ -70,17 +70,17 @@ def gpu_memory(budget: int | None = None) -> staging.GpuMemory:
 def memory_stats(reset: bool = False) -> dict[str, Any]:
     """Measured GPU memory of the out-of-core path in this process (run it on each worker).
 
-    ``peak_bytes`` is the high-water mark of a budgeted pool (what it held
-    from the GPU), ``peak_used_bytes`` that of its live arrays, both since the
-    last ``reset``, and ``budget_bytes`` its budget: each the largest over
-    this process's pools, one per (GPU, budget), so ``peak_bytes <=
-    budget_bytes`` whenever every sort kept within its own budget.  ``pools``
-    has every pool's figures, keyed ``(device, budget)``.  Empty if the path
-    never ran here.
+    Of the budgeted pools that ran a step since the last ``reset`` (one pool
+    per GPU and budget): ``peak_bytes``, the largest high-water mark (what a
+    pool held from the GPU), ``peak_used_bytes``, that of its live arrays, and
+    ``budget_bytes``, the largest budget -- so ``peak_bytes <= budget_bytes``
+    whenever every sort kept within its own budget.  ``pools`` has each of
+    those pools' figures, keyed ``(device, budget)``.  Empty if no step ran.
     """
     pools = {}
     for key, memory in sorted(_memories.items()):
-        pools[key] = memory.stats()
+        if memory.steps:
+            pools[key] = memory.stats()
         if reset:
             memory.reset_peak()
     if not pools:
