@@ -1,0 +1,91 @@
+"""The exchange between workers (gpusort.exchange) on CPU clusters.
+
+Machines with 4 and 8 GPUs are not at hand: 8 single-threaded CPU workers
+stand in for them, with the NumPy backend, checking exactness, the number of
+tasks and the number of messages between workers.
+"""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from distributed.protocol import serialize, to_serialize
+
+import gpusort
+from gpusort import exchange
+from reference import ref_argsort
+
+ONE_CHUNK_PER_TASK = {"gpusort.task-bytes": 0}
+
+
+def test_slabs_serialize_element_by_element():
+    """Arrays first: distributed must not pickle a slab message whole (a GPU slab would go via host)."""
+    keys, values = np.arange(100), np.arange(100.0)
+    slabs = exchange.cut_slabs(keys, values, np.array([0, 10, 60, 100]), [(0, 1), (2, 3)])
+    header, frames = serialize(to_serialize([(slabs, 7)]), serializers=("dask", "pickle"))
+    flat = str(header)
+    assert "'serializer': 'dask'" in flat and flat.count("'type': 'numpy.ndarray'") >= 4, flat[:400]
+    assert [s[3] for s in slabs] == [0, 2]
+    np.testing.assert_array_equal(slabs[1][0], keys[60:100])
+    np.testing.assert_array_equal(slabs[0][2], [0, 10])
+
+
+def test_contiguous_ranges_of_output_chunks():
+    assert exchange.contiguous_ranges({0: "a", 1: "a", 2: "b", 3: "b", 4: "a"}) == {"a": [(0, 2), (4, 5)],
+                                                                                   "b": [(2, 4)]}
+
+
+@pytest.fixture(scope="module")
+def eight_workers():
+    with LocalCluster(n_workers=8, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        with Client(cluster) as client:
+            yield client
+
+
+def sent(client) -> dict[str, int]:
+    totals = {"bytes": 0, "messages": 0}
+    for counts in client.run(exchange.sent).values():
+        for k in totals:
+            totals[k] += counts[k]
+    return totals
+
+
+@pytest.mark.timeout(300)
+def test_eight_workers_exact_with_bulk_messages(eight_workers):
+    client = eight_workers
+    rng = np.random.default_rng(8)
+    n, p, j = 200_000, 40, 25
+    x = rng.integers(-300, 300, n).astype(np.float32)
+    x[rng.random(n) < 0.02] = np.nan
+    keys = da.from_array(x, chunks=n // p).persist()
+    values = da.from_array(np.arange(n, dtype=np.int64), chunks=n // p).persist()
+    before = sent(client)
+    with dask.config.set(ONE_CHUNK_PER_TASK):
+        k, v = gpusort.sort_by_key(keys, values, descending=True, chunks=n // j)
+        tasks = len(dict(v.__dask_graph__()))
+        k, v = client.compute([k, v], sync=True)
+    after = sent(client)
+    want = ref_argsort(x, descending=True)
+    np.testing.assert_array_equal(v, want)
+    np.testing.assert_array_equal(k.view(np.uint32), x[want].view(np.uint32))
+    # O(P + J) tasks: no term in P x J.
+    assert tasks <= 6 * (p + j) + 10, tasks
+    # Every run sends at most one message per other worker (its slabs are
+    # large enough to travel alone, or are batched with other runs'):
+    messages = after["messages"] - before["messages"]
+    assert 0 < messages <= p * 7, messages
+    # Only what other workers merge travels: about 7/8 of the data, never more than all of it.
+    moved = after["bytes"] - before["bytes"]
+    assert 0.5 * (x.nbytes + 8 * n) <= moved <= x.nbytes + 8 * n, moved
+
+
+@pytest.mark.timeout(300)
+def test_eight_workers_hundreds_of_chunks_argsort(eight_workers):
+    rng = np.random.default_rng(9)
+    x = rng.integers(0, 50, 60_000)
+    keys = da.from_array(x, chunks=211)  # 285 chunks in, 300 out
+    got = eight_workers.compute(gpusort.argsort(keys, chunks=200), sync=True)
+    np.testing.assert_array_equal(got, np.argsort(x, kind="stable"))
