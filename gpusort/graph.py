@@ -37,7 +37,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from gpusort import corank, order
-from gpusort.backends import Pair, get_backend, namespace, to_numpy
+from gpusort.backends import Pair, get_backend, is_cupy, namespace, to_numpy
 
 #: The sort's phases and the task-name prefixes of each, in the order they run.
 #: Timing by phase (:mod:`gpusort.runtime`, the benchmarks, the workflows) reads
@@ -131,18 +131,25 @@ def _cut(pair: Pair, field: int, start: int, stop: int) -> Any:
 #: task costs the scheduler about a millisecond, so 256 chunks of 128 KiB cost
 #: more in tasks than in sorting; batched, the graph grows with the data.
 TASK_BYTES = (8 * 2**20, 64 * 2**20)
+#: The same bounds for chunks that live in GPU memory (CuPy chunks): a GPU
+#: sorts a GiB in milliseconds, and what it cannot hide is each task's fixed
+#: cost and the splitters', which grow with the number of runs times the
+#: number of merges (:func:`gpusort.corank.split_cost`).
+DEVICE_TASK_BYTES = (64 * 2**20, 2**30)
 
 
-def task_bytes(total_bytes: int) -> int:
+def task_bytes(total_bytes: int, device: bool = False) -> int:
     """How much data one run or merge task may batch: ``dask.config`` ``gpusort.task-bytes``.
 
     ``"auto"`` (the default) takes an equal share of ``total_bytes`` per thread
-    (:func:`threads`) within :data:`TASK_BYTES`; a size (``"16MiB"``, or bytes)
-    sets it; ``0`` batches nothing, one chunk per task.
+    (:func:`threads`) within :data:`TASK_BYTES` (:data:`DEVICE_TASK_BYTES` for
+    chunks in GPU memory); a size (``"16MiB"``, or bytes) sets it; ``0``
+    batches nothing, one chunk per task.
     """
     setting = dask.config.get("gpusort.task-bytes", "auto")
     if setting == "auto":
-        return min(max(TASK_BYTES[0], total_bytes // threads()), TASK_BYTES[1])
+        low, high = DEVICE_TASK_BYTES if device else TASK_BYTES
+        return min(max(low, total_bytes // threads()), high)
     try:
         return int(dask.utils.parse_bytes(setting) if isinstance(setting, str) else setting)
     except (TypeError, ValueError) as exc:
@@ -241,7 +248,7 @@ def form_runs(
     vdtype = None if values is None else values.dtype
     value_dtype = np.dtype(np.int64) if positions else vdtype
     element = keys.dtype.itemsize + (0 if value_dtype is None else value_dtype.itemsize)
-    target = task_bytes(sum(lengths) * element) if batch else 0
+    target = task_bytes(sum(lengths) * element, is_cupy(keys._meta)) if batch else 0
     groups = task_groups(lengths, element, target)
     name = "runs-" + tokenize(keys, values, descending, backend, positions, scheme, groups)
     offsets = np.concatenate(([0], np.cumsum(lengths))).tolist()
@@ -342,7 +349,7 @@ def merge_sorted_runs(
     ranks = corank.output_ranks(n, chunk)
     sizes = tuple(int(c) for c in np.diff(ranks))
     element = runs.okey_dtype.itemsize + (0 if runs.value_dtype is None else runs.value_dtype.itemsize)
-    blocks = task_groups(sizes, element, task_bytes(n * element) if batch else 0)
+    blocks = task_groups(sizes, element, task_bytes(n * element, is_cupy(runs.meta)) if batch else 0)
     # Merges split the runs only at block edges; inside a block its chunks are
     # consecutive ranks of one merged array.
     edges = ranks[[a for a, _ in blocks] + [blocks[-1][1]]]
