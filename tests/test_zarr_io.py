@@ -123,17 +123,15 @@ def test_source_unmodified_and_overwrite(tmp_path):
 def test_failure_leaves_no_destination_and_no_temporary_store(tmp_path, monkeypatch, scheduler):
     src = make_zarr(tmp_path / "keys.zarr", keys("int64", 4_000), 500)
 
-    def broken_merge(runs, **kwargs):
-        def first_fails_others_write_late(block, block_info=None):
-            if block_info[0]["chunk-location"] == (0,):
-                raise RuntimeError("merge failed on purpose")
-            time.sleep(0.2)  # still running when the failure is reported
-            return block
+    real = gpusort.zarr_io._merge_chunk
 
-        okeys, positions = runs.arrays()
-        return okeys.map_blocks(first_fails_others_write_late, dtype=okeys.dtype), positions
+    def first_fails_others_write_late(store, splits, j, *args):
+        if j == 0:
+            raise RuntimeError("merge failed on purpose")
+        time.sleep(0.2)  # still running when the failure is reported
+        return real(store, splits, j, *args)
 
-    monkeypatch.setattr(gpusort.zarr_io, "merge_sorted_runs", broken_merge)
+    monkeypatch.setattr(gpusort.zarr_io, "_merge_chunk", first_fails_others_write_late)
     with contextlib.ExitStack() as stack:
         if scheduler == "distributed":
             cluster = stack.enter_context(LocalCluster(n_workers=1, threads_per_worker=4, processes=False,
