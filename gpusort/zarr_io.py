@@ -60,8 +60,9 @@ from dask.base import tokenize
 from dask.system import CPU_COUNT
 
 from gpusort import corank, order
+from gpusort.api import _as_dask as as_dask
 from gpusort.api import output_chunk, resolve_backend
-from gpusort.backends import BackendSpec, backend_spec, get_backend, to_numpy
+from gpusort.backends import BackendSpec, backend_spec, get_backend, is_cupy, to_numpy
 from gpusort.budget import parse_budget
 from gpusort.graph import Runs, form_runs
 
@@ -333,8 +334,7 @@ def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str |
     """Check :func:`sort_zarr`'s arguments before any work: (keys, destinations, backend, chunk, temp_dir)."""
     x = as_dask_array(src, "src")
     order.check_key_dtype(x.dtype, "src")
-    if not isinstance(descending, (bool, np.bool_)):
-        raise TypeError(f"descending must be True or False; got {descending!r}")
+    check_descending(descending)
     source = Path(src).resolve() if isinstance(src, (str, os.PathLike)) else None
     dests = {"dst": _destination(dst, "dst", overwrite, source)}
     if argsort_dst is not None:
@@ -353,8 +353,17 @@ def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str |
     return x, dests, backend, output_chunk(chunks, x.shape[0], x.numblocks[0]), temp_dir
 
 
+def check_descending(descending: Any) -> None:
+    """A ``TypeError`` unless ``descending`` is a bool: ``"no"`` would read as true."""
+    if not isinstance(descending, (bool, np.bool_)):
+        raise TypeError(f"descending must be True or False; got {descending!r}")
+
+
 def as_dask_array(a: Any, argname: str) -> da.Array:
-    """``a`` -- a Zarr path, a ``zarr.Array`` or a Dask array -- as a 1-D Dask array.
+    """``a`` -- a Zarr path, a ``zarr.Array``, a Dask array or array-like -- as a 1-D Dask array.
+
+    NumPy and CuPy arrays and lists are wrapped as :func:`gpusort.sort`
+    wraps them.
 
     Raises ``FileNotFoundError``, ``TypeError`` or ``ValueError`` naming
     ``argname`` where ``a`` is missing, no Zarr array, not 1-D or of unknown
@@ -374,10 +383,12 @@ def as_dask_array(a: Any, argname: str) -> da.Array:
     if isinstance(a, zarr.Array):
         a = da.from_array(_NamedReads(a, argname), chunks=a.chunks, name="from-zarr-" + tokenize(a),
                           meta=np.empty(0, a.dtype))
+    if is_cupy(a) or isinstance(a, (np.ndarray, list, tuple)) or hasattr(a, "__array__"):
+        a = as_dask(a, argname)
     if not isinstance(a, da.Array):
         raise TypeError(
-            f"{argname} must be the path of a Zarr array, a zarr.Array or a dask array; "
-            f"got {type(a).__name__}"
+            f"{argname} must be the path of a Zarr array, a zarr.Array, a dask array or a NumPy/CuPy "
+            f"array; got {type(a).__name__}"
         )
     if a.ndim != 1:
         raise ValueError(
