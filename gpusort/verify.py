@@ -230,11 +230,11 @@ def _splitmix_sum() -> Any:
     import cupy
 
     return cupy.ReductionKernel(
-        "T x", "uint64 total",
-        "gpusort_splitmix((unsigned long long)x)",  # unsigned T: zero-extended, as on the CPU
+        "T key_bits", "uint64 total",
+        "gpusort_mix64((unsigned long long)key_bits)",  # unsigned T: zero-extended, as on the CPU
         "a + b", "total = a", "0", "gpusort_splitmix_sum",
         preamble="""
-        __device__ unsigned long long gpusort_splitmix(unsigned long long z) {
+        __device__ unsigned long long gpusort_mix64(unsigned long long z) {
             z += 0x9E3779B97F4A7C15ull;
             z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
             z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
