@@ -322,6 +322,7 @@ def _merge_chunk(store: _RunStore, splits: np.ndarray, j: int, start: int, outpu
     if not len(okeys):
         return
     keys = to_numpy(order.decode(okeys, dtype, descending, store.scheme))
+    del okeys  # where decoding copied, one copy is enough through the write
     with _writing_into(*guards):
         outputs[0][start: start + len(keys)] = keys
         if len(outputs) > 1:
