@@ -5,14 +5,16 @@ import importlib
 from gpusort.api import argsort, sort, sort_by_key
 
 __version__ = "0.1.0"
-__all__ = ["argsort", "sort", "sort_by_key", "sort_zarr", "__version__"]
+__all__ = ["argsort", "sort", "sort_by_key", "sort_zarr", "verify", "__version__"]
 
 
 def __getattr__(name: str):
-    # Zarr I/O and the single-GPU API load on first use: `import gpusort`
-    # stays light and never needs CuPy.
+    # Zarr I/O, verify and the single-GPU API load on first use: `import gpusort`
+    # stays light (no Zarr, no distributed) and never needs CuPy.
     if name == "sort_zarr":
         return importlib.import_module("gpusort.zarr_io").sort_zarr
+    if name == "verify":  # the module, callable as its function verify
+        return importlib.import_module("gpusort.verify")
     if name == "gpu":
         return importlib.import_module("gpusort.gpu")
     raise AttributeError(f"module 'gpusort' has no attribute {name!r}")

@@ -1,17 +1,36 @@
 """Disk to disk: sort a Zarr array into a new Zarr array, runs kept on disk.
 
-An external sort in two computations.  Phase 1 sorts every chunk into a run
-(:func:`gpusort.graph.form_runs`) and writes the runs -- order keys and, for
-an argsort, int64 positions -- to a temporary Zarr store.  Phases 2-3 read the
-runs back as Dask arrays (:meth:`gpusort.graph.Runs.from_arrays`), find the
-exact splitters and merge each output chunk
-(:func:`gpusort.graph.merge_sorted_runs`), writing every output chunk as
-exactly one Zarr chunk.  No task holds more than a few chunks, and between the
-phases the data lives on disk, so neither host nor GPU memory bounds its size.
+An external sort in two computations, neither of which holds more than the
+chunks in flight, on any scheduler:
+
+1. ``runs-store-``: every chunk becomes a sorted run
+   (:func:`gpusort.graph.form_runs`), written as one row of a temporary,
+   uncompressed 2-D Zarr array of order keys (and one of int64 positions for
+   an argsort); each task also returns every ``g``-th key of its run, the
+   splitters' samples.
+2. ``windows-``: one task per run reads the few keys around every output
+   boundary that the samples leave open (:func:`gpusort.corank.plan_windows`);
+   ``splits-`` turns them into exact split vectors
+   (:func:`gpusort.corank.split_vectors`); then one ``merge-store-`` task per
+   output chunk reads exactly its slice of every run from the store, merges
+   them on the backend, decodes the keys and writes the output chunk.
+
+The runs' Zarr chunks are small (:data:`RUN_ZARR_CHUNK_BYTES`), so reading a
+slice reads little beyond it, and no task ever holds a whole run unless the
+run is its slice.  Between the phases the data lives on disk, so neither host
+nor GPU memory bounds its size.
 
 Every output is first written beside its destination and moved into place
 only when complete, so a failed or interrupted sort leaves no partial
-destination; the temporary store is removed on success and on failure.
+destination.  The temporary stores are removed on success, on failure and on
+an interrupt (Ctrl-C), when the tasks not yet started are cancelled.  A task
+already running goes on -- in a worker process, perhaps one that the same
+Ctrl-C is killing -- and a write after the removal would bring the store back
+(Zarr creates missing directories), so every write holds a shared lock on its
+work directory and checks that the directory still exists, and the removal
+takes the exclusive lock: it waits for the writes under way, and none starts
+after it.  Once the destinations are in place, a later interrupt no longer
+fails the sort.
 """
 
 from __future__ import annotations
@@ -19,10 +38,15 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
+import time
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
@@ -35,13 +59,27 @@ import zarr
 from dask.base import tokenize
 from dask.system import CPU_COUNT
 
-from gpusort import order
+from gpusort import corank, order
+from gpusort.api import _as_dask as as_dask
 from gpusort.api import output_chunk, resolve_backend
-from gpusort.backends import BackendSpec, backend_spec, is_cupy, to_numpy
+from gpusort.backends import BackendSpec, backend_spec, get_backend, is_cupy, to_numpy
 from gpusort.budget import parse_budget
-from gpusort.graph import Runs, form_runs, merge_sorted_runs
+from gpusort.graph import Runs, form_runs
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; writes then only check that their directory exists
+    fcntl = None
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+#: Bytes of one Zarr chunk of the on-disk runs.  Zarr reads whole chunks, so a
+#: merge that needs a slice of a run reads at most two chunks beyond it; small
+#: chunks keep that waste small, large ones keep the file count small.
+RUN_ZARR_CHUNK_BYTES = 2 * 2**20
+#: Seconds the removal of a work directory waits for the writes into it to end
+#: before it removes it anyway.
+WRITE_TIMEOUT = 60.0
 
 
 def sort_zarr(
@@ -55,11 +93,13 @@ def sort_zarr(
     overwrite: bool = False,
     progress: bool = False,
     gpu_memory_budget: int | str | None = None,
+    temp_dir: PathLike | None = None,
 ) -> None:
     """Sort a 1-D array into a new Zarr array on disk (an external sort).
 
     Computes at once, on the active ``distributed`` client if there is one,
-    else on Dask's current scheduler.
+    else on Dask's current scheduler.  Host memory holds only the chunks in
+    flight, whatever the size of ``src``.
 
     Parameters
     ----------
@@ -91,17 +131,26 @@ def sort_zarr(
     gpu_memory_budget : int or str, optional
         With ``backend="cupy"``: the most GPU memory one worker's sort steps
         may hold (bytes, or a size such as ``"2GiB"``); see :func:`gpusort.sort`.
+    temp_dir : path, optional
+        An existing directory for the sorted runs, a temporary store as large
+        as the keys (and positions) uncompressed; by default they go beside
+        ``dst``.  The outputs are always staged beside their destinations,
+        from where a rename within one file system moves them into place.
+        Workers must see it at the same path.
 
     Raises
     ------
     FileNotFoundError
         ``src`` does not exist, or the directory meant to hold ``dst`` or
-        ``argsort_dst`` does not.
+        ``argsort_dst`` does not, or ``temp_dir`` is no directory.
     FileExistsError
         ``dst`` or ``argsort_dst`` exists and ``overwrite`` is false.
     TypeError, ValueError
         ``src`` is not a 1-D array of a sortable dtype, or the options clash
         (``argsort_dst`` equal to ``dst``, a destination equal to ``src``).
+    KeyboardInterrupt
+        Interrupted before the destinations were in place: none of them
+        appears, and no temporary store is left behind.
 
     Examples
     --------
@@ -110,58 +159,213 @@ def sort_zarr(
     >>> src = zarr.create_array(os.path.join(d, "keys.zarr"), shape=(6,), chunks=(2,), dtype="i8")
     >>> src[:] = [5, 3, 1, 4, 2, 0]
     >>> gpusort.sort_zarr(os.path.join(d, "keys.zarr"), os.path.join(d, "sorted.zarr"), chunks=4,
-    ...                   argsort_dst=os.path.join(d, "order.zarr"))
+    ...                   argsort_dst=os.path.join(d, "order.zarr"), temp_dir=tempfile.mkdtemp())
     >>> zarr.open_array(os.path.join(d, "sorted.zarr"))[:]
     array([0, 1, 2, 3, 4, 5])
     >>> zarr.open_array(os.path.join(d, "order.zarr"))[:]
     array([5, 2, 4, 1, 3, 0])
     """
-    x, dests, backend, chunk = _prepare(src, dst, chunks=chunks, descending=descending, backend=backend,
-                                        argsort_dst=argsort_dst, overwrite=overwrite,
-                                        gpu_memory_budget=gpu_memory_budget)
+    x, dests, backend, chunk, temp = _prepare(
+        src, dst, chunks=chunks, descending=descending, backend=backend, argsort_dst=argsort_dst,
+        overwrite=overwrite, gpu_memory_budget=gpu_memory_budget, temp_dir=temp_dir)
     run_length = max(x.chunks[0])
     if any(c != run_length for c in x.chunks[0][:-1]):
-        # The runs go to a Zarr array, whose chunks are regular: one run per Zarr chunk.
+        # Runs are rows of one Zarr array: all as long as the first but the last.
         x = x.rechunk(run_length)
+    descending = bool(descending)
 
     with contextlib.ExitStack() as stack:
         # One work directory beside each destination: the finished array
         # moves into place by a rename within one file system.
-        work = {name: stack.enter_context(_work_dir(path)) for name, path in dests.items()}
-        runs = form_runs(x, None, descending=bool(descending), backend=backend, batch=False,
-                         positions="argsort_dst" in dests)
-        on_disk = _store(runs.arrays(), [work["dst"] / "runs-keys.zarr", work["dst"] / "runs-positions.zarr"],
-                         (run_length,), compressed=False, progress=progress)
-        keys, positions = merge_sorted_runs(
-            Runs.from_arrays(*(da.from_zarr(z) for z in on_disk), scheme=runs.scheme),
-            key_dtype=x.dtype, descending=bool(descending), chunk=chunk, backend=backend, batch=False,
-        )
+        work = {name: stack.enter_context(_work_dir(path.parent, path.name)) for name, path in dests.items()}
+        scratch = work["dst"] if temp is None else stack.enter_context(_work_dir(temp, dests["dst"].name))
+        runs = form_runs(x, None, descending=descending, backend=backend, positions="argsort_dst" in dests,
+                         batch=False)  # one run per chunk: a row of the runs' store each
+        ranks = corank.output_ranks(x.shape[0], chunk)
+        g = corank.sample_stride(x.shape[0], x.numblocks[0], len(ranks) - 2)
+        stored, samples = _store_runs(runs, scratch, g, progress=progress)
         staged = {name: work[name] / "out.zarr" for name in dests}
-        _store((keys, positions), [staged["dst"], staged.get("argsort_dst")], (chunk,),
-               compressed=True, progress=progress)
+        outputs = [_create(staged["dst"], x.shape[0], x.dtype, chunk, compressed=True)]
+        if "argsort_dst" in staged:
+            outputs.append(_create(staged["argsort_dst"], x.shape[0], np.int64, chunk, compressed=True))
+        _merge_runs_into(stored, samples, g, ranks, outputs, tuple(os.fspath(work[name]) for name in dests),
+                         key_dtype=x.dtype, descending=descending,
+                         backend=backend, progress=progress)
+        cleanup = stack.pop_all()
+    # The destinations are complete: moving them into place and removing the
+    # work directories finish even if interrupted, and an interrupt from here
+    # on no longer turns the finished sort into a failure.
+    with _interrupts_deferred(redeliver=False) as arrived, cleanup:
         _move_all_into_place(staged, dests, work)
+    if arrived:
+        warnings.warn(f"sort_zarr: interrupted after {dst} was complete and in place; the sort succeeded",
+                      RuntimeWarning, stacklevel=2)
+
+
+@dataclass(frozen=True)
+class _RunStore:
+    """Sorted runs on disk: row ``k`` of ``keys`` (and ``positions``) holds run ``k``.
+
+    ``guard`` is the work directory that holds them (see :func:`_writing_into`).
+    """
+
+    keys: zarr.Array
+    positions: zarr.Array | None
+    lengths: tuple[int, ...]
+    scheme: order.Scheme
+    guard: str
+
+    def read(self, k: int, a: int, b: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Run ``k``'s elements ``[a, b)``: order keys and positions."""
+        return self.keys[k, a:b], None if self.positions is None else self.positions[k, a:b]
+
+
+def _create(path: Path, shape: Any, dtype: Any, chunks: Any, *, compressed: bool) -> zarr.Array:
+    shape, chunks = np.atleast_1d(shape).tolist(), np.atleast_1d(chunks).tolist()
+    return zarr.create_array(
+        store=os.fspath(path), shape=tuple(shape), dtype=dtype,
+        chunks=tuple(max(c, 1) for c in chunks),  # Zarr wants chunks >= 1, even for an empty array
+        # Runs are written once and read once: compressing them costs more than it saves.
+        compressors="auto" if compressed else None,
+    )
+
+
+@contextlib.contextmanager
+def _writing_into(*folders: str) -> Iterator[None]:
+    """Hold shared locks on work directories while writing into them; refuse if one is gone.
+
+    :func:`_work_dir` removes a directory under its exclusive lock, so a
+    write either ends before the removal starts or finds the directory gone.
+    Locks are those of ``flock``, released by the system if the process dies.
+    """
+    with contextlib.ExitStack() as stack:
+        for folder in folders:
+            try:
+                fd = os.open(folder, os.O_RDONLY)
+            except FileNotFoundError:
+                fd = None
+            if fd is not None:
+                stack.callback(os.close, fd)  # closing releases the lock
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_SH)
+            if fd is None or not os.path.isdir(folder):  # removed, perhaps while we waited
+                raise RuntimeError(f"{folder} was removed: the sort was cancelled or failed")
+        yield
+
+
+def _store_runs(runs: Runs, folder: Path, g: int, *, progress: bool) -> tuple[_RunStore, list[np.ndarray]]:
+    """Phase 1: compute the runs and write them to ``folder``; returns the store and every run's samples."""
+    lengths = runs.lengths
+    width = max(max(lengths), 1)
+    chunk = (1, min(width, max(1, RUN_ZARR_CHUNK_BYTES // runs.okey_dtype.itemsize)))
+    shape = (len(lengths), width)
+    store = _RunStore(
+        _create(folder / "runs-keys.zarr", shape, runs.okey_dtype, chunk, compressed=False),
+        None if runs.value_dtype is None else
+        _create(folder / "runs-positions.zarr", shape, runs.value_dtype, chunk, compressed=False),
+        lengths, runs.scheme, os.fspath(folder),
+    )
+    okeys, values = runs.arrays()
+    blocks = zip(okeys.to_delayed(), [None] * len(lengths) if values is None else values.to_delayed())
+    name = "runs-store-" + tokenize(runs.name, os.fspath(folder), g)
+    tasks = [dask.delayed(_write_run)(store, k, kb, vb, g, dask_key_name=(name, k))
+             for k, (kb, vb) in enumerate(blocks)]
+    return store, list(compute(*tasks, progress=progress))
+
+
+def _write_run(store: _RunStore, k: int, okeys: Any, values: Any, g: int) -> np.ndarray:
+    """Write run ``k`` to row ``k`` of the store; returns its samples ``okeys[::g]``."""
+    okeys = to_numpy(okeys)  # Zarr writes host memory
+    if len(okeys):
+        with _writing_into(store.guard):
+            store.keys[k, : len(okeys)] = okeys
+            if store.positions is not None:
+                store.positions[k, : len(okeys)] = to_numpy(values)
+    return np.ascontiguousarray(okeys[::g])
+
+
+def _read_windows(store: _RunStore, k: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Run ``k``'s window keys ``[lo[j], hi[j])`` of every boundary ``j``, concatenated."""
+    pieces = [store.keys[k, a:b] for a, b in zip(lo.tolist(), hi.tolist())]
+    return np.concatenate(pieces) if pieces else np.empty(0, store.keys.dtype)
+
+
+def _merge_runs_into(store: _RunStore, samples: list[np.ndarray], g: int, ranks: np.ndarray,
+                     outputs: list[zarr.Array], guards: tuple[str, ...], *, key_dtype: np.dtype, descending: bool,
+                     backend: str | BackendSpec, progress: bool) -> None:
+    """Phases 2-3: exact splitters from samples and windows, then one merge-and-write per output chunk."""
+    lengths, inner = list(store.lengths), ranks[1:-1]
+    token = tokenize(store.guard, g, ranks, key_dtype, descending, backend)
+    if len(inner):
+        # The plan needs only the samples, already here: no task for it.
+        lo, hi = corank.plan_windows(samples, lengths, inner, g)
+        windows = [dask.delayed(_read_windows)(store, k, lo[:, k], hi[:, k], dask_key_name=("windows-" + token, k))
+                   for k in range(len(lengths))]
+        splits = dask.delayed(corank.split_vectors)(lengths, inner, (lo, hi), windows,
+                                                    dask_key_name="splits-" + token)
+    else:
+        splits = corank.split_vectors(lengths, inner)
+    merges = [dask.delayed(_merge_chunk)(store, splits, j, int(ranks[j]), outputs, guards, backend,
+                                         np.dtype(key_dtype), descending, dask_key_name=("merge-store-" + token, j))
+              for j in range(len(ranks) - 1)]
+    compute(*merges, progress=progress)
+
+
+def _merge_chunk(store: _RunStore, splits: np.ndarray, j: int, start: int, outputs: list[zarr.Array],
+                 guards: tuple[str, ...], backend: str | BackendSpec, dtype: np.dtype, descending: bool) -> None:
+    """Output chunk ``j``: merge its slice of every run, decode, write it at ``start`` of ``outputs``.
+
+    ``guards`` are the work directories that hold the outputs.
+    """
+    pieces = [store.read(k, int(a), int(b)) for k, (a, b) in enumerate(zip(splits[j], splits[j + 1]))]
+    okeys, values = get_backend(backend).merge_runs(pieces)
+    del pieces  # the merged copy is all this chunk needs from here on
+    if not len(okeys):
+        return
+    keys = to_numpy(order.decode(okeys, dtype, descending, store.scheme))
+    del okeys  # where decoding copied, one copy is enough through the write
+    with _writing_into(*guards):
+        outputs[0][start: start + len(keys)] = keys
+        if len(outputs) > 1:
+            outputs[1][start: start + len(keys)] = to_numpy(values)
 
 
 def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str | None,
              argsort_dst: Any, overwrite: bool, gpu_memory_budget: int | str | None = None,
-             ) -> tuple[da.Array, dict[str, Path], str | BackendSpec, int]:
-    """Check :func:`sort_zarr`'s arguments before any work: (keys, destinations, backend, chunk)."""
+             temp_dir: Any = None) -> tuple[da.Array, dict[str, Path], str | BackendSpec, int, Path | None]:
+    """Check :func:`sort_zarr`'s arguments before any work: (keys, destinations, backend, chunk, temp_dir)."""
     x = as_dask_array(src, "src")
     order.check_key_dtype(x.dtype, "src")
-    if not isinstance(descending, (bool, np.bool_)):
-        raise TypeError(f"descending must be True or False; got {descending!r}")
+    check_descending(descending)
     source = Path(src).resolve() if isinstance(src, (str, os.PathLike)) else None
     dests = {"dst": _destination(dst, "dst", overwrite, source)}
     if argsort_dst is not None:
         dests["argsort_dst"] = _destination(argsort_dst, "argsort_dst", overwrite, source)
         if dests["argsort_dst"] == dests["dst"]:
             raise ValueError(f"argsort_dst and dst are the same path ({dst}); give the positions their own path")
+    if temp_dir is not None:
+        if not isinstance(temp_dir, (str, os.PathLike)):
+            raise TypeError(f"temp_dir must be a path (str or os.PathLike); got {type(temp_dir).__name__}")
+        temp_dir = Path(temp_dir).resolve()
+        if not temp_dir.is_dir():
+            raise FileNotFoundError(
+                f"temp_dir: {temp_dir} is not an existing directory; create it first, "
+                "or leave temp_dir out to keep the runs beside dst")
     backend = backend_spec(resolve_backend(backend, x._meta), parse_budget(gpu_memory_budget))
-    return x, dests, backend, output_chunk(chunks, x.shape[0], x.numblocks[0])
+    return x, dests, backend, output_chunk(chunks, x.shape[0], x.numblocks[0]), temp_dir
+
+
+def check_descending(descending: Any) -> None:
+    """A ``TypeError`` unless ``descending`` is a bool: ``"no"`` would read as true."""
+    if not isinstance(descending, (bool, np.bool_)):
+        raise TypeError(f"descending must be True or False; got {descending!r}")
 
 
 def as_dask_array(a: Any, argname: str) -> da.Array:
-    """``a`` -- a Zarr path, a ``zarr.Array`` or a Dask array -- as a 1-D Dask array.
+    """``a`` -- a Zarr path, a ``zarr.Array``, a Dask array or array-like -- as a 1-D Dask array.
+
+    NumPy and CuPy arrays and lists are wrapped as :func:`gpusort.sort`
+    wraps them.
 
     Raises ``FileNotFoundError``, ``TypeError`` or ``ValueError`` naming
     ``argname`` where ``a`` is missing, no Zarr array, not 1-D or of unknown
@@ -181,10 +385,12 @@ def as_dask_array(a: Any, argname: str) -> da.Array:
     if isinstance(a, zarr.Array):
         a = da.from_array(_NamedReads(a, argname), chunks=a.chunks, name="from-zarr-" + tokenize(a),
                           meta=np.empty(0, a.dtype))
+    if is_cupy(a) or isinstance(a, (np.ndarray, list, tuple)) or hasattr(a, "__array__"):
+        a = as_dask(a, argname)
     if not isinstance(a, da.Array):
         raise TypeError(
-            f"{argname} must be the path of a Zarr array, a zarr.Array or a dask array; "
-            f"got {type(a).__name__}"
+            f"{argname} must be the path of a Zarr array, a zarr.Array, a dask array or a NumPy/CuPy "
+            f"array; got {type(a).__name__}"
         )
     if a.ndim != 1:
         raise ValueError(
@@ -225,10 +431,12 @@ def compute(*collections: Any, progress: bool = False) -> tuple:
 
     Schedulers report the first failure while other tasks still run; here the
     call also waits for those, so that a caller may remove what they write.
-    Computes on the active distributed client if there is one, else on Dask's
-    current scheduler, with progress bars on stderr if asked:
-    ``dask.diagnostics.ProgressBar`` sees only the local schedulers, so on a
-    distributed client the progress bar follows the futures instead.
+    An interrupt (Ctrl-C) cancels the tasks not yet started: a distributed
+    worker cannot stop a task it runs, so writers must guard their writes
+    (:func:`_writing_into`).  Computes on the active distributed client if there is
+    one, else on Dask's current scheduler, with progress bars on stderr if
+    asked: ``dask.diagnostics.ProgressBar`` sees only the local schedulers, so
+    on a distributed client the progress bar follows the futures instead.
 
     Examples
     --------
@@ -241,19 +449,53 @@ def compute(*collections: Any, progress: bool = False) -> tuple:
     if isinstance(client, distributed.Client):
         persisted = client.persist(list(collections))
         futures = distributed.futures_of(persisted)
-        if progress:
-            # Bars go to stderr, as the local ones do: stdout is for results.
-            with contextlib.redirect_stdout(sys.stderr):
-                distributed.progress(futures)
-        distributed.wait(futures)  # every task finished or failed
+        try:
+            if progress:
+                # Bars go to stderr, as the local ones do: stdout is for results.
+                with contextlib.redirect_stdout(sys.stderr):
+                    distributed.progress(futures)
+            distributed.wait(futures)  # every task finished or failed
+        except BaseException:  # an interrupt: wait() returns on failures
+            with _interrupts_deferred():
+                client.cancel(futures, force=True)
+            raise
         return dask.compute(*persisted)
     from dask.diagnostics import ProgressBar
 
-    # Leaving our own thread pool waits for the tasks still running after a failure.
+    # Our own thread pool: shutting it down waits for the tasks still running
+    # after a failure or an interrupt, and drops those not yet started.
     pool = ThreadPoolExecutor(dask.config.get("num_workers", None) or CPU_COUNT) \
         if scheduler in (None, dask.threaded.get) else None
-    with pool or contextlib.nullcontext(), ProgressBar(out=sys.stderr) if progress else contextlib.nullcontext():
-        return dask.compute(*collections, **({"pool": pool} if pool else {}))
+    try:
+        with ProgressBar(out=sys.stderr) if progress else contextlib.nullcontext():
+            return dask.compute(*collections, **({"pool": pool} if pool else {}))
+    finally:
+        if pool is not None:
+            with _interrupts_deferred():
+                pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred(redeliver: bool = True) -> Iterator[list[int]]:
+    """Hold SIGINT (Ctrl-C) off until the block ends; yields the list of those that arrived.
+
+    For steps that must not be cut short: the removal of temporary stores and
+    the moves into place.  With ``redeliver`` a held interrupt is raised when
+    the block ends (the handler that was there before runs); without, the
+    caller decides.  Only the main thread receives signals, so elsewhere this
+    holds nothing.
+    """
+    arrived: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield arrived
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: arrived.append(signum))
+    try:
+        yield arrived
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if arrived and redeliver and callable(previous):
+            previous(signal.SIGINT, None)
 
 
 def _open_zarr(path: PathLike, argname: str) -> zarr.Array:
@@ -287,33 +529,39 @@ def _destination(path: Any, argname: str, overwrite: bool, source: Path | None) 
 
 
 @contextlib.contextmanager
-def _work_dir(beside: Path) -> Iterator[Path]:
-    """A hidden temporary directory next to ``beside``, removed on exit, error or not."""
-    path = Path(tempfile.mkdtemp(prefix=f".{beside.name}.", suffix=".gpusort-tmp", dir=beside.parent))
+def _work_dir(folder: Path, name: str) -> Iterator[Path]:
+    """A new hidden directory ``.NAME.XXXX.gpusort-tmp`` in ``folder``, removed on exit, error or not.
+
+    The removal is not cut short by an interrupt: a half-removed store is as
+    much a leftover as a whole one.
+    """
+    path = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".gpusort-tmp", dir=folder))
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        with _interrupts_deferred(), _no_writes_into(path):
+            shutil.rmtree(path, ignore_errors=True)
 
 
-def _store(arrays: tuple[da.Array | None, ...], paths: list[Path | None], chunks: tuple[int], *,
-           compressed: bool, progress: bool) -> list[zarr.Array]:
-    """Write Dask arrays to new Zarr arrays (``None`` arrays skipped), one Dask chunk per Zarr chunk."""
-    sources, targets = [], []
-    for arr, path in zip(arrays, paths):
-        if arr is None:
-            continue
-        if is_cupy(arr._meta):  # Zarr writes host memory
-            arr = arr.map_blocks(to_numpy, meta=np.empty(0, arr.dtype))
-        targets.append(zarr.create_array(
-            store=os.fspath(path), shape=arr.shape, dtype=arr.dtype,
-            chunks=(max(chunks[0], 1),),  # Zarr wants chunks >= 1, even for an empty array
-            # Runs are written once and read once: compressing them costs more than it saves.
-            compressors="auto" if compressed else None,
-        ))
-        sources.append(arr)
-    compute(*(da.store(s, t, lock=False, compute=False) for s, t in zip(sources, targets)), progress=progress)
-    return targets
+@contextlib.contextmanager
+def _no_writes_into(folder: Path) -> Iterator[None]:
+    """Hold the exclusive lock on ``folder``: wait for the writes under way (see :func:`_writing_into`)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + WRITE_TIMEOUT
+        while fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    warnings.warn(f"{folder}: writes still under way after {WRITE_TIMEOUT} s; "
+                                  "removing it anyway", RuntimeWarning)
+                    break
+                time.sleep(0.01)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _move_all_into_place(staged: dict[str, Path], dests: dict[str, Path], work: dict[str, Path]) -> None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import dask.array as da
 import numpy as np
 import pytest
 import zarr
 from reference import KEY_DTYPES, ref_argsort
 
+import gpusort
 from gpusort.verify import verify
 
 
@@ -38,10 +43,79 @@ def test_accepts_the_sorted_permutation(dtype, descending):
     assert str(report).startswith("OK: dst is src sorted (1000 elements")
 
 
-def test_values_not_bits():
-    # np.sort itself turns some 0.0 into -0.0 and rewrites float16 NaN payloads.
-    x = np.array([0.0, np.nan, -0.0, 0.0, 1.0], np.float16)
-    assert verify(chunked(x, 2), chunked(np.array([-0.0, -0.0, 0.0, 1.0, np.nan], np.float16), 3)).ok
+def test_bits_not_values():
+    """The sort returns the input's exact bits: zeros keep their signs, NaNs their payloads."""
+    nan2 = np.array(0x7E01, np.uint16).view(np.float16)  # a NaN with another payload
+    x = np.array([0.0, np.nan, -0.0, 0.0, 1.0, nan2], np.float16)
+    # -0.0 and 0.0 tie, NaNs tie: any order among them is sorted.
+    for y in ([-0.0, 0.0, 0.0, 1.0, np.nan, nan2], [0.0, -0.0, 0.0, 1.0, nan2, np.nan]):
+        assert verify(chunked(x, 2), chunked(np.array(y, np.float16), 3)).ok
+    for y in ([-0.0, -0.0, 0.0, 1.0, np.nan, nan2],   # a zero's sign changed
+              [-0.0, 0.0, 0.0, 1.0, np.nan, np.nan]):  # a NaN payload changed
+        report = verify(chunked(x, 2), chunked(np.array(y, np.float16), 3))
+        assert "checksums differ" in str(report) and report.first_unsorted is None
+
+
+def test_checksum_is_of_the_exact_bits_for_every_width(monkeypatch):
+    """Against an independent oracle: SplitMix64 in Python integers over every element's bits."""
+    monkeypatch.setattr(gpusort.verify, "SLICE", 1000)
+    def oracle(x):
+        total = 0
+        for b in x.view(f"u{x.dtype.itemsize}").tolist():
+            z = (b + 0x9E3779B97F4A7C15) % 2**64
+            z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+            total += z ^ (z >> 31)
+        return total % 2**64
+
+    for dtype in ("bool", "int8", "uint16", "float16", "int32", "float32", "float64", "datetime64[ms]", ">i8"):
+        x = keys(dtype, 3 * gpusort.verify.SLICE + 5)  # several slices and a ragged one
+        report = verify(chunked(x, 2 * gpusort.verify.SLICE + 1), chunked(x[ref_argsort(x)], 1000))
+        assert report.checksum_src == report.checksum_dst == oracle(x), dtype
+
+
+@pytest.mark.parametrize("where", [0, 999, 1000, 2003])
+def test_unsorted_at_slice_boundaries(where, monkeypatch):
+    """A chunk is checked in slices; the pairs across them count too."""
+    monkeypatch.setattr(gpusort.verify, "SLICE", 1000)
+    y = np.arange(3000, dtype=np.int64)
+    y[[where, where + 1]] = y[[where + 1, where]]
+    report = verify(chunked(np.arange(len(y)), 700), chunked(y, len(y)))
+    assert report.first_unsorted == where and "checksums differ" not in str(report)
+
+
+def test_array_likes_and_descending_checked_like_sort():
+    assert gpusort.verify(np.array([2, 1, 3]), [1, 2, 3]).ok
+    assert gpusort.verify([2, 1, 3], (3, 2, 1), descending=True).ok
+    assert gpusort.verify(np.array([2, 1, 3]), da.from_array(np.array([3, 2, 1])), descending=np.True_).ok
+    with pytest.raises(TypeError, match="descending must be True or False; got 'no'"):
+        gpusort.verify([1], [1], descending="no")
+    with pytest.raises(TypeError, match="dst must be the path of a Zarr array, .* or a NumPy/CuPy array; got int"):
+        gpusort.verify([1], 1)
+    with pytest.raises(TypeError, match="src is a masked array"):
+        gpusort.verify(np.ma.masked_array([1, 2], mask=[0, 1]), [1, 2])
+
+
+def test_package_exports_verify_lazily():
+    code = ("import sys, gpusort; assert 'gpusort.verify' not in sys.modules and 'zarr' not in sys.modules; "
+            "from gpusort.verify import VerifyReport; "  # binds gpusort.verify to the module: still callable
+            "assert gpusort.verify([2, 1], [1, 2]).ok and 'verify' in gpusort.__all__")
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [d for d in KEY_DTYPES if np.dtype(d).kind not in "mM"])  # CuPy has no datetimes
+def test_gpu_checksum_and_order_match_the_cpu(dtype):
+    import cupy
+
+    x = keys(dtype, 50_000)
+    y = x[ref_argsort(x)]
+    on_cpu = verify(chunked(x, 7_000), chunked(y, 9_000))
+    on_gpu = verify(chunked(cupy.asarray(x), 7_000), chunked(cupy.asarray(y), 9_000))
+    assert on_cpu.ok and on_gpu.ok
+    assert on_gpu.checksum_src == on_cpu.checksum_src
+    reversed_ = verify(chunked(x, 7_000), chunked(cupy.asarray(y[::-1].copy()), 9_000))
+    assert reversed_.first_unsorted is not None and reversed_.checksum_dst == on_cpu.checksum_src
 
 
 @pytest.mark.parametrize("dtype", ["int64", "float32", "datetime64[ns]", "uint8"])

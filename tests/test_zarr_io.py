@@ -123,17 +123,15 @@ def test_source_unmodified_and_overwrite(tmp_path):
 def test_failure_leaves_no_destination_and_no_temporary_store(tmp_path, monkeypatch, scheduler):
     src = make_zarr(tmp_path / "keys.zarr", keys("int64", 4_000), 500)
 
-    def broken_merge(runs, **kwargs):
-        def first_fails_others_write_late(block, block_info=None):
-            if block_info[0]["chunk-location"] == (0,):
-                raise RuntimeError("merge failed on purpose")
-            time.sleep(0.2)  # still running when the failure is reported
-            return block
+    real = gpusort.zarr_io._merge_chunk
 
-        okeys, positions = runs.arrays()
-        return okeys.map_blocks(first_fails_others_write_late, dtype=okeys.dtype), positions
+    def first_fails_others_write_late(store, splits, j, *args):
+        if j == 0:
+            raise RuntimeError("merge failed on purpose")
+        time.sleep(0.2)  # still running when the failure is reported
+        return real(store, splits, j, *args)
 
-    monkeypatch.setattr(gpusort.zarr_io, "merge_sorted_runs", broken_merge)
+    monkeypatch.setattr(gpusort.zarr_io, "_merge_chunk", first_fails_others_write_late)
     with contextlib.ExitStack() as stack:
         if scheduler == "distributed":
             cluster = stack.enter_context(LocalCluster(n_workers=1, threads_per_worker=4, processes=False,
@@ -183,6 +181,9 @@ def test_a_failed_second_move_puts_the_first_back(tmp_path, monkeypatch):
     ("ok", {"backend": "tpu"}, ValueError, "backend='tpu' is not known"),
     ("ok", {"descending": "yes"}, TypeError, "descending must be True or False"),
     ("ok", {"dst": 42}, TypeError, "dst must be a path"),
+    ("ok", {"temp_dir": "nowhere"}, FileNotFoundError, "temp_dir: .*nowhere is not an existing directory"),
+    ("ok", {"temp_dir": "keys.zarr/zarr.json"}, FileNotFoundError, "temp_dir: .* is not an existing directory"),
+    ("ok", {"temp_dir": 3}, TypeError, "temp_dir must be a path"),
 ])
 def test_clear_errors(tmp_path, make, call, error, message):
     src = tmp_path / "keys.zarr"
@@ -198,13 +199,57 @@ def test_clear_errors(tmp_path, make, call, error, message):
     elif make == "ok":
         make_zarr(src, np.arange(10), 5)
     kwargs = {"src": src, "dst": tmp_path / "sorted.zarr"} | call
-    for name in ("src", "dst", "argsort_dst"):
+    for name in ("src", "dst", "argsort_dst", "temp_dir"):
         if isinstance(kwargs.get(name), str):
             kwargs[name] = tmp_path / kwargs[name]
     with pytest.raises(error, match=message):
         sort_zarr(kwargs.pop("src"), kwargs.pop("dst"), **kwargs)
     assert not (tmp_path / "sorted.zarr").exists()
     assert leftovers(tmp_path) == []
+
+
+def test_runs_go_to_temp_dir(tmp_path, monkeypatch):
+    x = keys("float64", 5_000)
+    src = make_zarr(tmp_path / "keys.zarr", x, 700)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "scratch").mkdir()
+    folders = []
+    real = gpusort.zarr_io._store_runs
+
+    def recording(runs, folder, *args, **kwargs):
+        folders.append(folder.parent)
+        return real(runs, folder, *args, **kwargs)
+
+    monkeypatch.setattr(gpusort.zarr_io, "_store_runs", recording)
+    sort_zarr(src, tmp_path / "out" / "sorted.zarr", argsort_dst=tmp_path / "out" / "order.zarr",
+              temp_dir=tmp_path / "scratch")
+    assert folders == [tmp_path / "scratch"]
+    want = ref_argsort(x)
+    assert_same_keys(read(tmp_path / "out" / "sorted.zarr"), x[want])
+    np.testing.assert_array_equal(read(tmp_path / "out" / "order.zarr"), want)
+    assert leftovers(tmp_path / "scratch") == leftovers(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("n, src_chunks, out_chunks", [(50_000, 3_000, 7_000), (50_000, 20_000, 1_000)])
+def test_merges_read_only_their_slices(tmp_path, monkeypatch, n, src_chunks, out_chunks):
+    """Every merge reads exactly one slice per run, and the slices add up to its output chunk."""
+    x = np.random.default_rng(n).integers(0, 100, n)  # ties across runs
+    src = make_zarr(tmp_path / "keys.zarr", x, src_chunks)
+    reads = []
+    real = gpusort.zarr_io._RunStore.read
+
+    def recording(store, k, a, b):
+        reads.append((k, a, b))
+        return real(store, k, a, b)
+
+    monkeypatch.setattr(gpusort.zarr_io._RunStore, "read", recording)
+    monkeypatch.setattr(gpusort.zarr_io, "RUN_ZARR_CHUNK_BYTES", 8 * 1024)
+    sort_zarr(src, tmp_path / "sorted.zarr", chunks=out_chunks, argsort_dst=tmp_path / "order.zarr")
+    np.testing.assert_array_equal(read(tmp_path / "order.zarr"), np.argsort(x, kind="stable"))
+    nruns, nout = -(-n // src_chunks), -(-n // out_chunks)
+    assert len(reads) == nruns * nout
+    assert sum(b - a for _, a, b in reads) == n
+    assert max(b - a for _, a, b in reads) <= out_chunks
 
 
 def test_data_larger_than_worker_memory(tmp_path):
