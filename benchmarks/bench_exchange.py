@@ -49,6 +49,7 @@ def options(p):
     p.add_argument("--budget", default="2GiB", help="GPU memory budget per worker, host group (default: %(default)s)")
     p.add_argument("--protocol", default="ucx", help="tcp or ucx, GPU groups (default: %(default)s)")
     p.add_argument("--gpu-threads", type=int, default=4, help="threads per GPU worker (default: %(default)s)")
+    p.add_argument("--gpu-counts", default="1,2", help="GPU counts of the gpus group (default: %(default)s)")
     p.set_defaults(repeat=3)
 
 
@@ -161,7 +162,7 @@ def group_gpus(args):
     import cupy
 
     summary = []
-    for gpus in (1, 2):
+    for gpus in [int(g) for g in args.gpu_counts.split(",")]:
         with runtime.cluster("cuda", gpus=gpus, threads=args.gpu_threads, protocol=args.protocol) as client:
             cases = [cluster_case(f"gpusort[cupy chunks, {gpus} GPU]", client, n, p,
                                   {"n": n, "chunks": p, "gpus": gpus},
