@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 from dask._task_spec import Task, TaskRef
+from distributed import get_worker
 from distributed.utils_comm import retry
 from distributed.shuffle._core import (
     P2PBarrierTask,
@@ -238,6 +239,15 @@ class SortExchangeRun(ShuffleRun[int, Any]):
 
 
 def _transfer(run: Any, splits: np.ndarray, id: ShuffleId, k: int) -> int:
+    try:
+        get_worker()
+    except ValueError:
+        raise RuntimeError(
+            "this gpusort result was built for a distributed cluster of several workers (its runs "
+            "are exchanged between them), but it is being computed by another scheduler: compute "
+            "it through that cluster's client, or build it under "
+            "dask.config.set({'gpusort.exchange': 'local'})"
+        ) from None
     with handle_transfer_errors(id):
         return get_worker_plugin().add_partition((run, splits[:, k]), partition_id=k, id=id)
 

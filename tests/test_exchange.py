@@ -89,3 +89,13 @@ def test_eight_workers_hundreds_of_chunks_argsort(eight_workers):
     keys = da.from_array(x, chunks=211)  # 285 chunks in, 300 out
     got = eight_workers.compute(gpusort.argsort(keys, chunks=200), sync=True)
     np.testing.assert_array_equal(got, np.argsort(x, kind="stable"))
+
+
+def test_built_for_a_cluster_computed_elsewhere_says_how_to_fix(eight_workers):
+    keys = da.from_array(np.arange(1000)[::-1], chunks=100)
+    with dask.config.set(ONE_CHUNK_PER_TASK):
+        y = gpusort.sort(keys)  # built while the 8-worker client is current: an exchange
+    with pytest.raises(RuntimeError, match="gpusort.exchange"):
+        y.compute(scheduler="sync")
+    with dask.config.set({"gpusort.exchange": "local"}):
+        np.testing.assert_array_equal(gpusort.sort(keys).compute(scheduler="sync"), np.arange(1000))

@@ -127,6 +127,23 @@ def test_data_several_times_the_budget_and_measured_peak_within_it(client, budge
         assert 0 < s["peak_bytes"] <= limit, s
 
 
+def test_concurrent_sorts_with_different_budgets_keep_their_own_limits(client):
+    """Two budgets in one graph: their steps interleave on one worker, each pool within its own budget."""
+    x = da.random.default_rng(5).integers(0, 2**62, 2**24, chunks=2**22).persist()
+    wait(x)
+    worker_stats(client, reset=True)
+    small = gpusort.sort(x, backend="cupy", gpu_memory_budget="48MiB")
+    large = gpusort.sort(x, backend="cupy", gpu_memory_budget="96MiB")
+    a, b = dask.compute(small, large)
+    xs = np.sort(x.compute())
+    np.testing.assert_array_equal(a, xs)
+    np.testing.assert_array_equal(b, xs)
+    pools = {budget: p for s in worker_stats(client) for (_, budget), p in s["pools"].items()}
+    assert {48 * 2**20, 96 * 2**20} <= set(pools), pools
+    for budget, p in pools.items():
+        assert p["budget_bytes"] == budget and 0 < p["peak_bytes"] <= budget, (budget, p)
+
+
 def test_budget_must_be_sensible(client):
     x = da.arange(10, chunks=5)
     with pytest.raises(ValueError, match="gpu_memory_budget"):
