@@ -12,15 +12,17 @@ use -- with a spec and a run of our own:
   are a contiguous range of ranks, so they are a contiguous range of every
   run) and sends the slabs in batches, worker to worker, over the cluster's
   comms: UCX carries CuPy slabs GPU to GPU, TCP carries host slabs as frames,
-  never pickled element by element;
+  never pickled whole;
 * P2P's barrier task waits until every slab has arrived;
-* one ``merge-`` task per output chunk, placed by the scheduler plugin on
-  the worker that owns the chunk, merges its pieces of the slabs it received
-  (in run order, so ties keep the strict ``(key, run, position)`` order) and
+* one ``merge-`` task per merge block (consecutive output chunks, see
+  :func:`gpusort.graph.task_groups`), placed by the scheduler plugin on the
+  worker that owns the block, merges its pieces of the slabs it received (in
+  run order, so ties keep the strict ``(key, run, position)`` order) and
   decodes the order keys.
 
-The graph has ``P + 1 + J`` tasks for the exchange and the merges, the data
-moves in at most ``P·W`` shards batched into messages per pair of workers,
+The graph has one task per run, the barrier and one per merge block for the
+exchange and the merges, the data moves in at most ``P·(W-1)`` shards
+batched into messages per pair of workers,
 and P2P restarts the exchange if a worker dies during it (the runs are
 recomputed from their lineage), so the result stays exact.  Slabs are kept
 in memory (GPU memory for CuPy runs) until their merges ran: the exchange
