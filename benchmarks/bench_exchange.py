@@ -33,7 +33,7 @@ from harness import Case, dask_keys, parse_args, run_cases
 
 import gpusort
 from gpusort import runtime
-from gpusort.verify import verify
+from gpusort.verification import verify
 
 GROUPS = ("chunks", "threads", "gpus", "host")
 

@@ -40,7 +40,7 @@ from distributed import wait
 from harness import Case, add_ratios, dask_keys, gpusort_on_cluster, parse_args, run_cases
 
 from gpusort import runtime
-from gpusort.verify import verify
+from gpusort.verification import verify
 
 GROUPS = ("link", "cupy", "host", "dataframe")
 DRY = False  # --dry-run-on-cpu: LocalCluster and backend="numpy", to test this file anywhere
@@ -159,7 +159,7 @@ def _on_gpu(x):
 
 
 def check_sorted(x, y) -> None:
-    """``y`` is ``x`` sorted: :func:`gpusort.verify.verify`, computed on the GPUs."""
+    """``y`` is ``x`` sorted: :func:`gpusort.verify`, computed on the GPUs."""
     report = verify(_on_gpu(x), _on_gpu(y))
     assert report.ok, str(report)
 

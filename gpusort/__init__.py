@@ -13,8 +13,8 @@ def __getattr__(name: str):
     # stays light (no Zarr, no distributed) and never needs CuPy.
     if name == "sort_zarr":
         return importlib.import_module("gpusort.zarr_io").sort_zarr
-    if name == "verify":  # the module, callable as its function verify
-        return importlib.import_module("gpusort.verify")
+    if name == "verify":
+        return importlib.import_module("gpusort.verification").verify
     if name == "gpu":
         return importlib.import_module("gpusort.gpu")
     raise AttributeError(f"module 'gpusort' has no attribute {name!r}")

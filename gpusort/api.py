@@ -129,7 +129,7 @@ def sort_by_key(
     array([b'a', b'b', b'c', b'd'], dtype='|S1')
     """
     keys = _as_keys(keys, 0, "keys")
-    values = _as_dask(values, "values")
+    values = as_dask(values, "values")
     if values.ndim != 1:
         raise ValueError(f"values must be 1-D like keys; got {values.ndim}-D (use values.ravel())")
     if values.dtype.hasobject:  # object, or a structured dtype with object fields
@@ -176,8 +176,7 @@ def output_chunk(chunks: Any, n: int, nparts: int) -> int:
 
 
 def _sort(keys, values, descending, chunks, backend, gpu_memory_budget, *, positions, keys_returned=True):
-    if not isinstance(descending, (bool, np.bool_)):
-        raise TypeError(f"descending must be True or False; got {descending!r}")
+    check_descending(descending)
     budget = parse_budget(gpu_memory_budget)
     backend = backend_spec(resolve_backend(backend, keys._meta), budget)
     chunk = output_chunk(chunks, keys.shape[0], keys.numblocks[0])
@@ -188,7 +187,14 @@ def _sort(keys, values, descending, chunks, backend, gpu_memory_budget, *, posit
     )
 
 
-def _as_dask(x: Any, argname: str) -> da.Array:
+def check_descending(descending: Any) -> None:
+    """A ``TypeError`` unless ``descending`` is a bool: ``"no"`` would read as true."""
+    if not isinstance(descending, (bool, np.bool_)):
+        raise TypeError(f"descending must be True or False; got {descending!r}")
+
+
+def as_dask(x: Any, argname: str) -> da.Array:
+    """``x`` as a Dask array: NumPy and CuPy arrays and lists wrapped, masked arrays refused by name."""
     if isinstance(x, np.ma.MaskedArray) or isinstance(getattr(x, "_meta", None), np.ma.MaskedArray):
         # Sorting the data would silently drop the mask and sort what it hides.
         raise TypeError(
@@ -221,7 +227,7 @@ def _check_known_chunks(x: da.Array, argname: str) -> None:
 
 def _as_keys(x: Any, axis: int | None, argname: str) -> da.Array:
     """``x`` as a 1-D Dask array of sortable keys, or a clear error."""
-    x = _as_dask(x, argname)
+    x = as_dask(x, argname)
     order.check_key_dtype(x.dtype, argname)
     _check_known_chunks(x, argname)
     if axis is None and x.ndim > 1 and any(0 in dim for dim in x.chunks):

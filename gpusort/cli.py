@@ -181,7 +181,7 @@ def _run_sort(args: argparse.Namespace) -> int:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from gpusort.verify import check_pair, verify
+    from gpusort.verification import check_pair, verify
 
     _checked(runtime.resolve, args.cluster)
     _checked(check_pair, args.src, args.dst)  # fail before a cluster starts

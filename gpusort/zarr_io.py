@@ -60,11 +60,11 @@ from dask.base import tokenize
 from dask.system import CPU_COUNT
 
 from gpusort import corank, order
-from gpusort.api import _as_dask as as_dask
+from gpusort.api import as_dask, check_descending
 from gpusort.api import output_chunk, resolve_backend
-from gpusort.backends import BackendSpec, backend_spec, get_backend, is_cupy, to_numpy
+from gpusort.backends import BackendSpec, backend_spec, is_cupy, to_numpy
 from gpusort.budget import parse_budget
-from gpusort.graph import Runs, form_runs
+from gpusort.graph import Runs, form_runs, merge_pieces
 
 try:
     import fcntl
@@ -318,12 +318,11 @@ def _merge_chunk(store: _RunStore, splits: np.ndarray, j: int, start: int, outpu
     ``guards`` are the work directories that hold the outputs.
     """
     pieces = [store.read(k, int(a), int(b)) for k, (a, b) in enumerate(zip(splits[j], splits[j + 1]))]
-    okeys, values = get_backend(backend).merge_runs(pieces)
+    keys, values = merge_pieces(backend, dtype, descending, store.scheme, pieces)
     del pieces  # the merged copy is all this chunk needs from here on
-    if not len(okeys):
+    if not len(keys):
         return
-    keys = to_numpy(order.decode(okeys, dtype, descending, store.scheme))
-    del okeys  # where decoding copied, one copy is enough through the write
+    keys = to_numpy(keys)
     with _writing_into(*guards):
         outputs[0][start: start + len(keys)] = keys
         if len(outputs) > 1:
@@ -353,12 +352,6 @@ def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str |
                 "or leave temp_dir out to keep the runs beside dst")
     backend = backend_spec(resolve_backend(backend, x._meta), parse_budget(gpu_memory_budget))
     return x, dests, backend, output_chunk(chunks, x.shape[0], x.numblocks[0]), temp_dir
-
-
-def check_descending(descending: Any) -> None:
-    """A ``TypeError`` unless ``descending`` is a bool: ``"no"`` would read as true."""
-    if not isinstance(descending, (bool, np.bool_)):
-        raise TypeError(f"descending must be True or False; got {descending!r}")
 
 
 def as_dask_array(a: Any, argname: str) -> da.Array:

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  
 
 MODULES = [
     "gpusort.api", "gpusort.backends", "gpusort.backends.numpy", "gpusort.budget", "gpusort.cli",
-    "gpusort.corank", "gpusort.graph", "gpusort.order", "gpusort.runtime", "gpusort.verify", "gpusort.zarr_io",
+    "gpusort.corank", "gpusort.graph", "gpusort.order", "gpusort.runtime", "gpusort.verification", "gpusort.zarr_io",
     "harness",
 ]
 

@@ -13,7 +13,8 @@ import zarr
 from reference import KEY_DTYPES, ref_argsort
 
 import gpusort
-from gpusort.verify import verify
+from gpusort import verification
+from gpusort.verification import verify
 
 
 def keys(dtype: str, n: int = 1_000) -> np.ndarray:
@@ -58,7 +59,7 @@ def test_bits_not_values():
 
 def test_checksum_is_of_the_exact_bits_for_every_width(monkeypatch):
     """Against an independent oracle: SplitMix64 in Python integers over every element's bits."""
-    monkeypatch.setattr(gpusort.verify, "SLICE", 1000)
+    monkeypatch.setattr(verification, "SLICE", 1000)
     def oracle(x):
         total = 0
         for b in x.view(f"u{x.dtype.itemsize}").tolist():
@@ -69,15 +70,15 @@ def test_checksum_is_of_the_exact_bits_for_every_width(monkeypatch):
         return total % 2**64
 
     for dtype in ("bool", "int8", "uint16", "float16", "int32", "float32", "float64", "datetime64[ms]", ">i8"):
-        x = keys(dtype, 3 * gpusort.verify.SLICE + 5)  # several slices and a ragged one
-        report = verify(chunked(x, 2 * gpusort.verify.SLICE + 1), chunked(x[ref_argsort(x)], 1000))
+        x = keys(dtype, 3 * verification.SLICE + 5)  # several slices and a ragged one
+        report = verify(chunked(x, 2 * verification.SLICE + 1), chunked(x[ref_argsort(x)], 1000))
         assert report.checksum_src == report.checksum_dst == oracle(x), dtype
 
 
 @pytest.mark.parametrize("where", [0, 999, 1000, 2003])
 def test_unsorted_at_slice_boundaries(where, monkeypatch):
     """A chunk is checked in slices; the pairs across them count too."""
-    monkeypatch.setattr(gpusort.verify, "SLICE", 1000)
+    monkeypatch.setattr(verification, "SLICE", 1000)
     y = np.arange(3000, dtype=np.int64)
     y[[where, where + 1]] = y[[where + 1, where]]
     report = verify(chunked(np.arange(len(y)), 700), chunked(y, len(y)))
@@ -98,7 +99,7 @@ def test_array_likes_and_descending_checked_like_sort():
 
 def test_package_exports_verify_lazily():
     code = ("import sys, gpusort; assert 'gpusort.verify' not in sys.modules and 'zarr' not in sys.modules; "
-            "from gpusort.verify import VerifyReport; "  # binds gpusort.verify to the module: still callable
+            "from gpusort.verification import VerifyReport; "  # binds gpusort.verify to the module: still callable
             "assert gpusort.verify([2, 1], [1, 2]).ok and 'verify' in gpusort.__all__")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
 

@@ -77,7 +77,7 @@ def sort_once(client, args: argparse.Namespace) -> dict:
     from distributed import wait
 
     import gpusort
-    from gpusort.verify import verify
+    from gpusort.verification import verify
 
     on_gpu = args.backend == "cupy"
     if on_gpu:

@@ -3,7 +3,7 @@
 With no arguments it runs on an embedded default: 2^25 random int64 keys
 (256 MiB) in 32 chunks written to a Zarr store in a temporary folder, sorted
 disk to disk with ``gpusort.sort_zarr`` (runs kept on disk between the
-phases), checked with ``gpusort.verify.verify``, timed, printed, and saved as
+phases), checked with ``gpusort.verify``, timed, printed, and saved as
 JSON under ``--out``.  It computes where ``--cluster`` says
 (``gpusort.runtime.cluster``; ``auto``: a LocalCUDACluster, one worker per
 GPU, where CuPy, dask-cuda and a GPU are present, else a LocalCluster), with
@@ -37,7 +37,7 @@ if (_CHECKOUT / "gpusort" / "__init__.py").is_file() and str(_CHECKOUT) not in s
 
 import gpusort  # noqa: E402
 from gpusort import runtime  # noqa: E402
-from gpusort.verify import verify  # noqa: E402
+from gpusort.verification import verify  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -18,9 +18,6 @@ checked on their GPU, with one fused kernel for the checksum.
 from __future__ import annotations
 
 import functools
-import inspect
-import sys
-import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +26,8 @@ import numpy as np
 
 from gpusort import order
 from gpusort.backends import is_cupy
-from gpusort.zarr_io import as_dask_array, check_descending, compute
+from gpusort.api import check_descending
+from gpusort.zarr_io import as_dask_array, compute
 
 _MOD = 2**64
 #: Elements per slice of a chunk on the CPU.  Small enough that the slice and
@@ -288,18 +286,3 @@ def _first_unsorted(facts: list[_ChunkFacts]) -> tuple[int | None, tuple[str, st
         offset += f.n
     return None, None
 
-
-class _CallableModule(types.ModuleType):
-    """This module, callable as :func:`verify`.
-
-    The package exports the function ``gpusort.verify``, but Python binds the
-    package attribute of that name to this module whenever the module is
-    first imported (``from gpusort.verify import ...`` anywhere), so the
-    module itself must be the function too.
-    """
-
-    __call__ = staticmethod(verify)
-    __signature__ = inspect.signature(verify)
-
-
-sys.modules[__name__].__class__ = _CallableModule
