@@ -197,7 +197,7 @@ def group_link(args):
         from gpusort import staging
 
         staging.to_device(hd[0], hd[1])
-        staging.stream().synchronize()
+        staging.streams().work.synchronize()
 
     params = {"n": nbytes // 8, "dtype": "int64", "bytes": nbytes}
     cases = [Case(name, setup, fn, None, nbytes // 8, params, device="gpu", bytes=nbytes)

@@ -7,11 +7,17 @@ at once, and this module sizes the steps so that the footprint stays within
 the budget:
 
 ``sort_bytes(n)``
-    staged keys (and values) plus the mergesort's two ping-pong buffers:
-    ``3 * n * (key + value bytes)``, plus the merge-path partition arrays.
+    staged keys (and values), which the mergesort reuses as one of its two
+    ping-pong buffers: ``2 * n * (key + value bytes)``, plus the merge-path
+    partition arrays.
 ``merge_bytes(n)``
-    the staged slices plus two live levels of the pairwise merge tree:
-    again ``3 * n * (key + value bytes)``.
+    the staged slices and one more buffer: the pairwise merge tree's levels
+    ping-pong between the two (level 2 on writes over the staged slices),
+    again ``2 * n * (key + value bytes)``.
+
+While a step's result goes down to the host it holds only the result
+(``n * (key + value bytes)``): the backend then lowers its reservation, so
+that the next step's upload and sort overlap that download.
 
 A chunk whose sort does not fit is cut into sub-runs that do; each is sorted
 on the GPU and lands in host memory, and the sub-runs are merged.  A merge
@@ -77,16 +83,16 @@ def parse_budget(budget: int | str | None, argname: str = "gpu_memory_budget") -
 
 def sort_bytes(n: int, key_bytes: int, value_bytes: int = 0) -> int:
     """Most GPU memory sorting ``n`` staged keys (and values) holds at once."""
-    return 3 * n * (key_bytes + value_bytes) + math.ceil(n * SLACK_PER_ELEMENT) + FIXED_BYTES
+    return 2 * n * (key_bytes + value_bytes) + math.ceil(n * SLACK_PER_ELEMENT) + FIXED_BYTES
 
 
 def merge_bytes(n: int, key_bytes: int, value_bytes: int = 0) -> int:
     """Most GPU memory merging pieces of ``n`` staged keys (and values) in all holds at once.
 
-    The staged pieces stay alive while the pairwise merge tree holds the level
-    it reads and the level it writes: three copies of the data.
+    The staged pieces and one more buffer: the merge tree's levels ping-pong
+    between them.
     """
-    return 3 * n * (key_bytes + value_bytes) + math.ceil(n * SLACK_PER_ELEMENT) + FIXED_BYTES
+    return 2 * n * (key_bytes + value_bytes) + math.ceil(n * SLACK_PER_ELEMENT) + FIXED_BYTES
 
 
 def largest_fit(cost, budget: int) -> int:
@@ -158,7 +164,7 @@ class Device(Protocol):
     """
 
     def empty(self, n: int, dtype: Any) -> np.ndarray:
-        """A host array for results (pinned memory on a real GPU)."""
+        """A host array for results."""
 
     def sort(self, keys: np.ndarray, values: np.ndarray | None, out: Pair) -> None:
         """Sort one piece stably into ``out = (keys, values)``."""

@@ -137,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("src", metavar="SRC", help="path of the unsorted Zarr array")
     verify.add_argument("dst", metavar="DST", help="path of its sorted copy")
     verify.add_argument("--descending", action="store_true", help="DST should be largest first")
+    verify.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                        help="where host chunks are checked (default: auto, a worker's GPU when it has one)")
     verify.set_defaults(run=_run_verify)
 
     bench = command("bench", "Run a benchmark, or plot benchmark results.")
@@ -186,7 +188,8 @@ def _run_verify(args: argparse.Namespace) -> int:
     _checked(runtime.resolve, args.cluster)
     _checked(check_pair, args.src, args.dst)  # fail before a cluster starts
     with _cluster(args), runtime.progress():
-        report = verify(args.src, args.dst, descending=args.descending, progress=not args.quiet)
+        report = verify(args.src, args.dst, descending=args.descending, device=args.device,
+                        progress=not args.quiet)
     print(report)
     return 0 if report.ok else 1
 

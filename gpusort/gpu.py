@@ -176,7 +176,7 @@ def merge_runs(runs: Sequence[Run], *, descending: bool = False):
 
 
 def _merge_tree(keys_runs, values_runs, descending):
-    """Pairwise merges of neighbouring runs, level by level, until one run is left.
+    """:func:`gpusort.kernels.merge_tree` of the runs, in new memory.
 
     Values of a width the kernels move travel with their keys as unsigned
     bits; wider ones are replaced by their positions in the runs'
@@ -189,16 +189,7 @@ def _merge_tree(keys_runs, values_runs, descending):
         values_runs = [cupy.arange(s, s + k.size, dtype=np.int64) for s, k in zip(starts, keys_runs)]
     values_dtype = None if values_runs is None else values_runs[0].dtype
     runs = [(k, None if values_runs is None else _bits(values_runs[i])) for i, k in enumerate(keys_runs)]
-    level = [run for run in runs if run[0].size] or runs[:1]
-    if len(level) == 1:  # nothing to merge: copy, never hand back the caller's array
-        level = [tuple(None if x is None else x.copy() for x in level[0])]
-    while len(level) > 1:
-        merged = [
-            kernels.merge(*level[i], *level[i + 1], descending=descending)
-            for i in range(0, len(level) - 1, 2)
-        ]
-        level = merged + level[2 * len(merged) :]
-    keys, values = level[0]
+    keys, values = kernels.merge_tree(runs, descending=descending)  # new memory, never the caller's
     if values is None:
         return keys, None
     values = values.view(values_dtype)

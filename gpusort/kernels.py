@@ -210,7 +210,8 @@ def kernels(key: np.dtype, value_size: int, descending: bool) -> Kernels:
     return _load(cupy.cuda.Device().id, np.dtype(key), value_size, bool(descending))
 
 
-def mergesort(keys, values=None, *, descending: bool = False, positions: bool = False):
+def mergesort(keys, values=None, *, descending: bool = False, positions: bool = False,
+              overwrite_input: bool = False):
     """Stable sort of ``keys`` (and ``values`` with them) into new arrays.
 
     ``keys`` is a contiguous 1-D CuPy array of a :data:`KEY_TYPES` dtype;
@@ -219,6 +220,11 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
     keys' positions (argsort), uint32 or uint64, made by the blocksort rather
     than read.  Returns ``(keys, values)``; ``values`` is ``None`` for a
     keys-only sort.
+
+    ``overwrite_input=True`` lets the passes use the inputs' memory as one
+    of their two ping-pong buffers (the result may be the input arrays):
+    the sort then holds two copies of the data, not three, which is what
+    lets the out-of-core path keep two steps on a GPU at once.
     """
     import cupy
 
@@ -232,16 +238,18 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
     k = kernels(keys.dtype, values_dtype.itemsize if values_dtype else 0, descending)
     tiles = -(-n // k.nv)
     passes = (tiles - 1).bit_length() if tiles else 0  # ceil(log2(tiles))
-
-    def buffers(dtype):
-        return [cupy.empty(n, dtype) for _ in range(2 if passes else 1)]
-
-    key_bufs = buffers(keys.dtype)
-    value_bufs = buffers(values_dtype) if values_dtype else [NULL, NULL]
     # Ping-pong parity: every merge pass reads one buffer and writes the other,
     # so the blocksort writes buffer `passes % 2` and the last pass lands in
     # buffer 0, which is returned.
     src = passes % 2
+
+    def buffers(given, dtype):
+        reuse = overwrite_input and passes and given is not None
+        # Reusing, the input is the buffer the blocksort does not write.
+        return [given if reuse and i == 1 - src else cupy.empty(n, dtype) for i in range(2 if passes else 1)]
+
+    key_bufs = buffers(keys, keys.dtype)
+    value_bufs = buffers(values, values_dtype) if values_dtype else [NULL, NULL]
     if tiles:
         blocksort(k, keys, NULL if values is None else values, key_bufs[src], value_bufs[src])
     a_starts = cupy.empty(tiles, np.int64) if passes else None
@@ -254,11 +262,13 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
     return key_bufs[0], value_bufs[0] if values_dtype else None
 
 
-def merge(a_keys, a_values, b_keys, b_values, *, descending: bool = False):
-    """Stable merge of two sorted arrays (``a``'s element first on ties) into new arrays.
+def merge(a_keys, a_values, b_keys, b_values, *, descending: bool = False, out=None):
+    """Stable merge of two sorted arrays (``a``'s element first on ties).
 
     Keys and values as in :func:`mergesort`; ``a_values`` and ``b_values``
-    are both ``None`` or both arrays of one dtype.  Returns ``(keys, values)``.
+    are both ``None`` or both arrays of one dtype.  Writes into ``out``
+    (``(keys, values)`` of the total length, not overlapping the inputs) or
+    new arrays; returns ``(keys, values)``.
     """
     import cupy
 
@@ -266,14 +276,61 @@ def merge(a_keys, a_values, b_keys, b_values, *, descending: bool = False):
     n = na + nb
     has_values = a_values is not None
     k = kernels(a_keys.dtype, a_values.dtype.itemsize if has_values else 0, descending)
-    out_keys = cupy.empty(n, a_keys.dtype)
-    out_values = cupy.empty(n, a_values.dtype) if has_values else None
+    if out is None:
+        out = cupy.empty(n, a_keys.dtype), cupy.empty(n, a_values.dtype) if has_values else None
+    out_keys, out_values = out
     if n:
         tiles = -(-n // k.nv)
         merge_pass(k, a_keys, a_values if has_values else NULL, b_keys,
                    b_values if has_values else NULL, max(na, nb), na, nb,
                    cupy.empty(tiles, np.int64), out_keys, out_values if has_values else NULL)
     return out_keys, out_values
+
+
+def merge_tree(runs, *, descending: bool = False, scratch=None):
+    """Stable merge of sorted ``runs`` (``(keys, values)`` pairs, ``values`` ``None`` or all arrays).
+
+    Pairwise merges of neighbouring runs, level by level (ceil(log2 k)
+    passes), ping-ponging between two buffers of the total length: each
+    level writes its runs at the offsets they had in the level before, so a
+    level is one buffer.  ``scratch`` is the second buffer, ``(keys,
+    values)``: pass the runs' own concatenation when the runs are its
+    consecutive slices (their memory is free once the first level has read
+    them), and the merge holds two copies of the data instead of three.
+    Without it the result is always new memory.
+    """
+    import cupy
+
+    runs = [run for run in runs if run[0].size] or list(runs[:1])
+    keys0, values0 = runs[0]
+    n = sum(k.size for k, _ in runs)
+    if len(runs) == 1:
+        if scratch is not None:
+            return runs[0]
+        return keys0.copy(), None if values0 is None else values0.copy()
+
+    def new():
+        return cupy.empty(n, keys0.dtype), None if values0 is None else cupy.empty(n, values0.dtype)
+
+    buffers = [new(), scratch if scratch is not None else new()]
+    level, write = runs, 0
+    while len(level) > 1:
+        out_keys, out_values = buffers[write]
+        merged, at = [], 0
+        for i in range(0, len(level), 2):
+            pair = level[i:i + 2]
+            size = sum(k.size for k, _ in pair)
+            into = (out_keys[at:at + size], None if out_values is None else out_values[at:at + size])
+            if len(pair) == 2:
+                merge(*pair[0], *pair[1], descending=descending, out=into)
+            else:  # the odd run out moves to the same offset of the other buffer
+                for dst, src in zip(into, pair[0]):
+                    if src is not None:
+                        dst[...] = src
+            merged.append(into)
+            at += size
+        level, write = merged, 1 - write
+    return level[0]
 
 
 def blocksort(k: Kernels, keys, values, out_keys, out_values) -> None:

@@ -1,21 +1,34 @@
-"""Host <-> GPU copies through pinned memory, and the GPU memory a budget allows.
+"""Host <-> GPU copies through a small, fixed pool of pinned memory, and the GPU memory a budget allows.
 
 Where the bytes go when the CuPy backend sorts host-resident chunks: every
 key crosses the host link twice each way (chunk up, run down; slices up,
-merged chunk down).  Pageable copies run several times slower than pinned
-ones (7.5-11 against 54 GB/s on the reference H100), so:
+merged chunk down).  Pinned copies run at the link's speed (55 GB/s each
+way on the H200 machines), pageable ones at 9 GB/s, but *pinning* runs at
+only 2.6-3.1 GB/s: pinning every run and output chunk, as version 2 did,
+cost more than the sort.  So runs and outputs live in ordinary host memory
+and every copy goes through :class:`PinnedSlots`, a few pinned buffers per
+GPU allocated once per process (``dask.config`` ``gpusort.pinned-bytes``,
+default :data:`PINNED_BYTES`):
 
-* runs and merged chunks are written into *pinned* host arrays
-  (:func:`empty_pinned`, from CuPy's pinned pool, reused across tasks): the
-  D2H copy that fills them and the H2D copy that later reads their slices
-  both run at pinned speed;
-* a pageable input (the user's chunk) goes up through two reused pinned
-  slices per thread: a few host threads copy slice ``i + 1`` into pinned
-  memory while the copy engine moves slice ``i`` (:func:`to_device`).
+* a copy is cut in stripes, one per *lane*: a host thread with two slots
+  (up to :data:`LANES_PER_COPY` lanes per copy);
+* up, each lane copies slice ``i + 1`` of its stripe into one slot while the
+  copy engine moves slice ``i`` out of the other; down, the copy engine
+  fills one slot while the lane empties the other.
+
+Lanes, not one thread pool per slice: forking and joining threads for every
+slice cost more than the slice's copy (32 MiB slices through 8 threads ran
+at 20-26 GB/s up and 13-15 GB/s into fresh memory on the H200 machine,
+against 48 GB/s for the bare host copy and 55 GB/s for the DMA).
+
+Each GPU has two streams shared by every thread (:func:`streams`): uploads,
+kernels and every allocation go on ``work``; downloads go on ``down``, so
+the download of one step overlaps the upload and sort of the next, and a
+freed buffer is only ever reused in ``work``'s order.
 
 :class:`GpuMemory` is the budget: a dedicated CuPy memory pool whose limit
 is the budget (an allocation past it raises rather than taking more), a
-reservation counter so that concurrent tasks on one worker together stay
+reservation counter so that concurrent steps on one worker together stay
 within it, and the pool's measured high-water mark.
 """
 
@@ -25,7 +38,9 @@ import contextlib
 import gc
 import os
 import threading
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
@@ -33,21 +48,112 @@ import numpy as np
 import cupy
 import cupyx
 
-#: Bytes per pinned staging slice; each thread keeps two.
-SLICE_BYTES = 64 * 2**20
-#: Host threads that copy pageable memory into the pinned slices.
-COPY_THREADS = max(1, min(16, (os.cpu_count() or 2) // 2))
-_COPY_MIN = 4 * 2**20  # below this one thread copies
+#: Pinned staging bytes per GPU and process, unless ``dask.config`` ``gpusort.pinned-bytes`` says otherwise.
+PINNED_BYTES = 256 * 2**20
+#: Bytes per slot.  Small enough that the default pool has two lanes' worth
+#: for each of several copies at once; big enough that a slot's fixed cost
+#: (a few Python calls and a DMA launch, ~20 us) stays under 3% of the
+#: ~1 ms one thread takes to fill it.
+SLOT_BYTES = 8 * 2**20
+#: Lanes (host threads, each with two slots) one copy uses at most: half the
+#: cores, so that an upload and a download run at once.  On the H200 machine
+#: (16 cores, one socket) one copy ran at 30 GB/s up and 15 GB/s down into
+#: fresh memory on 8 lanes (37 and 23 on 16), and an upload and a download
+#: at once at about 12 GB/s each whatever the lanes; 16 lanes per copy made
+#: the 2^31 sort slower (6.3-6.5 s against 4.5-4.6 s warm).
+LANES_PER_COPY = max(1, min(8, (os.cpu_count() or 2) // 2))
+_ONE_LANE = 4 * 2**20  # copies below this take one lane
 
 _MEMORY_TYPE_HOST = 1  # cudaMemoryTypeHost; pageable memory reads 0 (unregistered)
 
-_local = threading.local()
-_copiers = ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="gpusort-staging")
+_lanes = ThreadPoolExecutor(64, thread_name_prefix="gpusort-staging")  # threads idle unless lent a lane
+_lock = threading.Lock()
+_slots: dict[int, "PinnedSlots"] = {}
+_streams: dict[int, "Streams"] = {}
 
 
-def empty_pinned(n: int, dtype: Any) -> np.ndarray:
-    """A NumPy array of ``n`` elements in pinned (page-locked) host memory."""
-    return cupyx.empty_pinned((n,), np.dtype(dtype))
+def pinned_bytes_setting() -> int:
+    """Pinned staging bytes per GPU: ``dask.config`` ``gpusort.pinned-bytes`` (an int or ``"256MiB"``)."""
+    import dask
+    from dask.utils import parse_bytes
+
+    value = dask.config.get("gpusort.pinned-bytes", PINNED_BYTES)
+    try:
+        nbytes = parse_bytes(value) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"dask config gpusort.pinned-bytes={value!r} is not a size; write e.g. '256MiB'") from exc
+    if nbytes < 2 * 2**20:
+        raise ValueError(f"dask config gpusort.pinned-bytes={value!r} is below the 2 MiB the copies need")
+    return nbytes
+
+
+class PinnedSlots:
+    """A fixed set of pinned host buffers of one GPU, lent to copies as *lanes* of two slots.
+
+    Allocated once, in one block.  A copy takes up to :data:`LANES_PER_COPY`
+    free lanes (at least one; it waits while none is free), so the pinned
+    memory a process holds is ``nbytes`` however many copies run.  Each slot
+    carries the event of the last copy-engine use of it: whoever uses it
+    next waits for that event first.
+    """
+
+    def __init__(self, nbytes: int, slot_bytes: int = SLOT_BYTES):
+        self.slot_bytes = min(slot_bytes, nbytes // 2)
+        count = nbytes // self.slot_bytes // 2 * 2
+        self.nbytes = count * self.slot_bytes
+        memory = cupyx.empty_pinned((self.nbytes,), np.uint8)
+        self.buffers = [memory[i * self.slot_bytes:(i + 1) * self.slot_bytes] for i in range(count)]
+        self.events = [cupy.cuda.Event(disable_timing=True) for _ in range(count)]
+        for event in self.events:
+            event.record()
+        self._free = [(i, i + 1) for i in range(0, count, 2)]
+        self._ready = threading.Condition()
+
+    @contextlib.contextmanager
+    def take(self, most: int) -> Iterator[list[tuple[int, int]]]:
+        """Up to ``most`` lanes (pairs of slot indices), lent until the block ends."""
+        with self._ready:
+            while not self._free:
+                self._ready.wait()
+            taken, self._free = self._free[:most], self._free[most:]
+        try:
+            yield taken
+        finally:
+            with self._ready:
+                self._free.extend(taken)
+                self._ready.notify_all()
+
+
+@dataclass(frozen=True)
+class Streams:
+    """One GPU's two streams for host chunks: ``work`` (uploads, kernels, allocations) and ``down``."""
+
+    work: cupy.cuda.Stream
+    down: cupy.cuda.Stream
+
+
+def streams() -> Streams:
+    """The current GPU's :class:`Streams`, shared by every thread of the process."""
+    device = cupy.cuda.Device().id
+    with _lock:
+        if device not in _streams:
+            _streams[device] = Streams(cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True))
+        return _streams[device]
+
+
+def slots() -> PinnedSlots:
+    """The current GPU's :class:`PinnedSlots`, allocated on first use."""
+    device = cupy.cuda.Device().id
+    with _lock:
+        if device not in _slots:
+            _slots[device] = PinnedSlots(pinned_bytes_setting())
+        return _slots[device]
+
+
+def pinned_bytes() -> int:
+    """Pinned staging memory this process holds, over all GPUs (bytes)."""
+    with _lock:
+        return sum(s.nbytes for s in _slots.values())
 
 
 def is_pinned(x: np.ndarray) -> bool:
@@ -61,58 +167,90 @@ def is_pinned(x: np.ndarray) -> bool:
     return attrs.type == _MEMORY_TYPE_HOST
 
 
-def stream() -> cupy.cuda.Stream:
-    """This thread's non-blocking stream: tasks on other threads overlap with it."""
-    device = cupy.cuda.Device().id
-    streams = _local.__dict__.setdefault("streams", {})
-    if device not in streams:
-        streams[device] = cupy.cuda.Stream(non_blocking=True)
-    return streams[device]
-
-
 def to_device(host: np.ndarray, out: cupy.ndarray) -> None:
-    """Copy contiguous ``host`` into ``out`` (same size and dtype) on :func:`stream`; async.
+    """Copy contiguous ``host`` into ``out`` (same size and dtype) on ``streams().work``; async.
 
-    Pinned sources go in one DMA; pageable ones through two pinned slices.
+    Pinned sources go in one DMA; pageable ones through the pinned slots,
+    in stripes, one per lane.  Kernels enqueued on ``work`` afterwards see
+    the data.
     """
     src, dst = _bytes(host), out.view(np.uint8).reshape(-1)
-    s = stream()
+    s = streams().work
     if is_pinned(host):
         dst.set(src, stream=s)
         return
-    slots, events = _slots()
-    for i, a in enumerate(range(0, src.size, SLICE_BYTES)):
-        b = min(src.size, a + SLICE_BYTES)
-        slot = i % 2
-        events[slot].synchronize()  # the copy engine is done reading this slot
-        _copy(slots[slot][: b - a], src[a:b])
-        dst[a:b].set(slots[slot][: b - a], stream=s)
-        events[slot].record(s)
+    _striped(_up_lane, src, dst, s)
 
 
 def to_host(dev: cupy.ndarray, out: np.ndarray) -> None:
-    """Copy ``dev`` into contiguous host ``out``; done when this returns.
+    """Copy ``dev`` (made on ``streams().work``) into contiguous host ``out``; done when this returns.
 
-    Pinned targets take one DMA; pageable ones come down through the slices.
+    The copy runs on ``down`` once ``work`` has made ``dev``: pinned targets
+    in one DMA, pageable ones through the pinned slots, one stripe per lane.
     """
     src, dst = dev.view(np.uint8).reshape(-1), _bytes(out)
-    s = stream()
+    s = streams()
+    made = cupy.cuda.Event(disable_timing=True)
+    made.record(s.work)
+    s.down.wait_event(made)
     if is_pinned(out):
-        _get(src, dst, s)
-        s.synchronize()
-        return
-    slots, events = _slots()
-    pending = []
-    for i, a in enumerate(range(0, src.size, SLICE_BYTES)):
-        b = min(src.size, a + SLICE_BYTES)
-        slot = i % 2
+        _get(src, dst, s.down)
+        s.down.synchronize()
+    else:
+        _striped(_down_lane, src, dst, s.down)  # each lane waits for its own slices
+
+
+def _striped(lane_fn, src: Any, dst: Any, s: cupy.cuda.Stream) -> None:
+    """``lane_fn`` over equal stripes of ``src -> dst``, one per lane lent, each on its own thread.
+
+    Each lane pipelines its stripe through its two slots on its own, so a
+    copy pays one fork and join, not one per slice, and the host-side
+    copies (and the page faults of a fresh target) run on every lane at once.
+    """
+    pool, device = slots(), cupy.cuda.Device().id
+    most = 1 if src.size < _ONE_LANE else LANES_PER_COPY
+    with pool.take(most) as lanes:
+        edges = [src.size * i // len(lanes) for i in range(len(lanes) + 1)]
+        jobs = [_lanes.submit(_on_device, device, lane_fn, pool, lane, src[a:b], dst[a:b], s)
+                for lane, a, b in zip(lanes, edges[:-1], edges[1:])]
+        futures.wait(jobs)  # every lane done with its slots before they go back
+        for job in jobs:
+            job.result()
+
+
+def _on_device(device: int, lane_fn, *args) -> None:
+    with cupy.cuda.Device(device):
+        lane_fn(*args)
+
+
+def _up_lane(pool: PinnedSlots, lane: tuple[int, int], src: np.ndarray, dst: cupy.ndarray,
+             s: cupy.cuda.Stream) -> None:
+    """Host stripe ``src`` into device ``dst``: fill one slot while the copy engine empties the other."""
+    for i, a in enumerate(range(0, src.size, pool.slot_bytes)):
+        b = min(src.size, a + pool.slot_bytes)
+        slot = lane[i % 2]
+        pool.events[slot].synchronize()  # the copy engine is done with this slot
+        buffer = pool.buffers[slot][: b - a]
+        np.copyto(buffer, src[a:b])
+        dst[a:b].set(buffer, stream=s)
+        pool.events[slot].record(s)
+
+
+def _down_lane(pool: PinnedSlots, lane: tuple[int, int], src: cupy.ndarray, dst: np.ndarray,
+               s: cupy.cuda.Stream) -> None:
+    """Device stripe ``src`` into host ``dst``: the copy engine fills one slot while this thread empties the other."""
+    pending: list[tuple[int, int, int]] = []
+    for i, a in enumerate(range(0, src.size, pool.slot_bytes)):
+        b = min(src.size, a + pool.slot_bytes)
         if len(pending) == 2:
-            _drain(pending.pop(0), slots, events, dst)
-        _get(src[a:b], slots[slot][: b - a], s)
-        events[slot].record(s)
+            _drain(pool, pending.pop(0), dst)
+        slot = lane[i % 2]
+        s.wait_event(pool.events[slot])  # an upload may still be reading this slot
+        _get(src[a:b], pool.buffers[slot][: b - a], s)
+        pool.events[slot].record(s)
         pending.append((slot, a, b))
     for item in pending:
-        _drain(item, slots, events, dst)
+        _drain(pool, item, dst)
 
 
 def _get(src: cupy.ndarray, out: np.ndarray, s: cupy.cuda.Stream) -> None:
@@ -123,36 +261,16 @@ def _get(src: cupy.ndarray, out: np.ndarray, s: cupy.cuda.Stream) -> None:
         src.get(stream=s, out=out)
 
 
-def _drain(item, slots, events, dst) -> None:
+def _drain(pool: PinnedSlots, item: tuple[int, int, int], dst: np.ndarray) -> None:
     slot, a, b = item
-    events[slot].synchronize()
-    _copy(dst[a:b], slots[slot][: b - a])
-
-
-def _slots() -> tuple[list[np.ndarray], list[cupy.cuda.Event]]:
-    slots = getattr(_local, "slots", None)
-    if slots is None:
-        slots = _local.slots = [empty_pinned(SLICE_BYTES, np.uint8) for _ in range(2)]
-        _local.events = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
-        for e in _local.events:
-            e.record()
-    return slots, _local.events
+    pool.events[slot].synchronize()
+    np.copyto(dst[a:b], pool.buffers[slot][: b - a])
 
 
 def _bytes(x: np.ndarray) -> np.ndarray:
     if not x.flags.c_contiguous:
         raise ValueError("staging copies contiguous arrays only")
     return x.reshape(-1).view(np.uint8)
-
-
-def _copy(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[:] = src`` on :data:`COPY_THREADS` threads (NumPy drops the GIL while copying)."""
-    n = src.size
-    if n < _COPY_MIN or COPY_THREADS == 1:
-        np.copyto(dst, src)
-        return
-    edges = [n * i // COPY_THREADS for i in range(COPY_THREADS + 1)]
-    list(_copiers.map(lambda ab: np.copyto(dst[ab[0]:ab[1]], src[ab[0]:ab[1]]), zip(edges[:-1], edges[1:])))
 
 
 class GpuMemory:
@@ -176,7 +294,9 @@ class GpuMemory:
         self.peak_bytes = 0
         self.peak_used_bytes = 0
         self.steps = 0  # steps run since the last reset_peak
+        self.flushes = 0  # allocations that met the limit and emptied the cache (a device sync each)
         self._lock = threading.Condition()
+        self._held: dict[int, int] = {}  # thread -> bytes it has reserved now
 
     def malloc(self, size: int):
         try:
@@ -184,6 +304,7 @@ class GpuMemory:
         except cupy.cuda.memory.OutOfMemoryError:
             # The limit counts cached free blocks too (of other streams, or
             # split): give those back and try once more.
+            self.flushes += 1
             self.pool.free_all_blocks()
             mem = self.pool.malloc(size)
         self.peak_bytes = max(self.peak_bytes, self.pool.total_bytes())
@@ -206,33 +327,53 @@ class GpuMemory:
 
     def _run(self, nbytes: int, fn, args, alone: bool = False):
         self.steps += 1
-        with self._reserve(nbytes), cupy.cuda.using_allocator(self.malloc), stream() as s:
+        work = streams().work
+        with self._reserve(nbytes), cupy.cuda.using_allocator(self.malloc), work:
             if alone:
-                s.synchronize()
+                work.synchronize()
                 self.pool.free_all_blocks()
             result = fn(*args)
-            s.synchronize()
+            done = cupy.cuda.Event(disable_timing=True)
+            done.record(work)
+            done.synchronize()  # this step's work, not the whole stream's backlog of other threads
             return result
+
+    def shrink(self, nbytes: int) -> None:
+        """Lower this thread's running reservation to ``nbytes``: the step has freed the rest.
+
+        A sort step holds its input and its scratch buffer while it sorts,
+        but only the result while that goes down to the host; shrinking
+        lets the next step start its upload meanwhile.
+        """
+        held = self._held.get(threading.get_ident())
+        if held is None or nbytes >= held:
+            return
+        with self._lock:
+            self.reserved -= held - nbytes
+            self._held[threading.get_ident()] = nbytes
+            self._lock.notify_all()
 
     @contextlib.contextmanager
     def _reserve(self, nbytes: int) -> Iterator[None]:
         nbytes = min(int(nbytes), self.budget)
+        me = threading.get_ident()
         with self._lock:
             while self.reserved + nbytes > self.budget:
                 self._lock.wait()
             self.reserved += nbytes
+            self._held[me] = nbytes
         try:
             yield
         finally:
             with self._lock:
-                self.reserved -= nbytes
+                self.reserved -= self._held.pop(me)
                 self._lock.notify_all()
 
     def stats(self) -> dict[str, int]:
-        return {"budget_bytes": self.budget, "peak_bytes": self.peak_bytes,
-                "peak_used_bytes": self.peak_used_bytes, "pool_bytes": self.pool.total_bytes()}
+        return {"budget_bytes": self.budget, "peak_bytes": self.peak_bytes, "peak_used_bytes": self.peak_used_bytes,
+                "pool_bytes": self.pool.total_bytes(), "flushes": self.flushes}
 
     def reset_peak(self) -> None:
-        self.steps = 0
+        self.steps = self.flushes = 0
         self.peak_bytes = self.pool.total_bytes()
         self.peak_used_bytes = self.pool.used_bytes()

@@ -9,10 +9,14 @@ from those.  Equal lengths, equal checksums and order everywhere mean
 payload counts), sorted, up to a checksum collision (odds about 2^-64 for
 accidental damage).
 
-It runs at memory speed: the chunks in parallel (Dask's threads; NumPy
-releases the GIL), and within a chunk one pass over cache-sized slices that
-hashes and checks the order while the slice is in cache.  CuPy chunks are
-checked on their GPU, with one fused kernel for the checksum.
+It runs at memory speed, on the GPU where the worker has one
+(``device="auto"``): CuPy chunks are checked where they are, NumPy chunks
+stream up through :mod:`gpusort.staging`'s pinned slots in pieces of
+:data:`GPU_PIECE` elements (the host link at ~25-30 GB/s outruns the CPU's
+hash), one fused kernel hashing each piece.  On the CPU the chunks go in
+parallel (Dask's threads; NumPy releases the GIL), each in one pass over
+cache-sized slices that hashes and checks the order while the slice is in
+cache.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ _MOD = 2**64
 #: Measured, the sorted side of 2^30 int64 on 16 threads of an H100 host:
 #: 12.5 s at 2^14 elements, 4.1 s at 2^16, 1.17 s at 2^18, 1.75 s at 2^20.
 SLICE = 2**18
+#: Elements of a NumPy chunk checked on the GPU at once (256 MiB of int64).
+GPU_PIECE = 2**25
+DEVICES = ("auto", "cpu", "gpu")
 #: SplitMix64's constants: the increment and the finalizer's two multipliers.
 _MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
 
@@ -71,7 +78,8 @@ class VerifyReport:
         return "FAILED:\n" + "\n".join(f"  - {p}" for p in self.problems)
 
 
-def verify(src: Any, dst: Any, *, descending: bool = False, progress: bool = False) -> VerifyReport:
+def verify(src: Any, dst: Any, *, descending: bool = False, device: str = "auto",
+           progress: bool = False) -> VerifyReport:
     """Check that ``dst`` is ``src`` sorted, streaming over the chunks with Dask.
 
     Parameters
@@ -83,6 +91,10 @@ def verify(src: Any, dst: Any, *, descending: bool = False, progress: bool = Fal
     descending : bool
         Check for largest first.  Either way NaN (and NaT) must come last;
         ``-0.0`` and ``0.0`` tie (either order passes), and NaNs tie.
+    device : {"auto", "cpu", "gpu"}
+        Where NumPy chunks are checked: ``"auto"`` on a GPU of the worker
+        when CuPy sees one, else on its CPUs.  CuPy chunks are always
+        checked on their GPU.  Either way the report is the same.
     progress : bool
         Show a progress bar (see :func:`gpusort.zarr_io.compute`).
 
@@ -112,9 +124,11 @@ def verify(src: Any, dst: Any, *, descending: bool = False, progress: bool = Fal
       - dst is not sorted ascending: dst[0] = 1.0 comes before dst[1] = -0.0
     """
     check_descending(descending)
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r}; use 'auto', 'cpu' or 'gpu'")
     x, y = check_pair(src, dst)
-    src_facts = [dask.delayed(_count_and_checksum)(block) for block in x.to_delayed().ravel()]
-    dst_facts = [dask.delayed(_chunk_facts)(block, bool(descending)) for block in y.to_delayed().ravel()]
+    src_facts = [dask.delayed(_count_and_checksum)(block, device) for block in x.to_delayed().ravel()]
+    dst_facts = [dask.delayed(_chunk_facts)(block, bool(descending), device) for block in y.to_delayed().ravel()]
     results = compute(*src_facts, *dst_facts, progress=progress)
     src_facts, dst_facts = results[: len(src_facts)], results[len(src_facts):]
 
@@ -172,20 +186,6 @@ class _ChunkFacts:
     end_values: tuple[str, str] | None  # the same two elements, as the user sees them
 
 
-def _checksum(block: Any) -> int:
-    """Sum, mod 2^64, of a 64-bit mix of every element's exact bits (order-independent).
-
-    The mix is SplitMix64's finalizer of the bits zero-extended to 64: a
-    change of one bit in one element changes the sum in about half its bits,
-    so damage cannot cancel out.  The sort returns exactly the input's bits,
-    so ``-0.0`` and ``0.0`` hash apart, and so do NaNs of other payloads.
-    CuPy and NumPy chunks of the same bits give the same checksum.
-    """
-    if is_cupy(block):
-        return _gpu_checksum(block)
-    return _scan(block, None)[0]
-
-
 def _bits(block: Any) -> Any:
     """The elements' bits as unsigned integers of their width (a view)."""
     return block.view(f"u{block.dtype.itemsize}")
@@ -193,6 +193,13 @@ def _bits(block: Any) -> Any:
 
 def _scan(block: np.ndarray, descending: bool | None) -> tuple[int, int | None]:
     """(checksum, first local ``i`` with ``block[i + 1]`` out of order after ``block[i]``) of a NumPy chunk.
+
+    The checksum is the sum, mod 2^64, of a 64-bit mix of every element's
+    exact bits (order-independent): SplitMix64's finalizer of the bits
+    zero-extended to 64, so a change of one bit in one element changes the
+    sum in about half its bits and damage cannot cancel out.  The sort
+    returns exactly the input's bits, so ``-0.0`` and ``0.0`` hash apart,
+    and so do NaNs of other payloads; :func:`_gpu_scan` gives the same sums.
 
     One pass over slices of :data:`SLICE` elements: each is hashed with
     in-place ufuncs into two reused buffers and, unless ``descending`` is
@@ -222,9 +229,61 @@ def _scan(block: np.ndarray, descending: bool | None) -> tuple[int, int | None]:
     return total % _MOD, bad
 
 
-def _gpu_checksum(block: Any) -> int:
-    """:func:`_checksum` of a CuPy chunk: one fused kernel on its GPU."""
-    return int(_splitmix_sum()(_bits(block))) % _MOD
+def _scan_chunk(block: Any, descending: bool | None, device: str) -> tuple[int, int | None]:
+    """:func:`_scan` wherever ``device`` puts ``block``: its GPU, a GPU of this worker, or the CPU."""
+    if is_cupy(block):
+        return _gpu_scan(block, descending)
+    # CuPy has neither datetimes nor byte-swapped dtypes: those stay on the CPU.
+    movable = block.dtype.isnative and block.dtype.kind not in "mM"
+    if movable and (device == "gpu" or (device == "auto" and _gpu_here())):
+        return _staged_scan(block, descending)
+    return _scan(block, descending)
+
+
+@functools.cache
+def _gpu_here() -> bool:
+    from gpusort import runtime
+
+    return bool(runtime.gpus()[0])
+
+
+def _gpu_scan(block: Any, descending: bool | None) -> tuple[int, int | None]:
+    """:func:`_scan` of a CuPy chunk, on its GPU: one fused kernel for the checksum."""
+    checksum = int(_splitmix_sum()(_bits(block))) % _MOD
+    bad = None
+    if descending is not None and len(block) > 1:
+        okeys = order.encode(block, descending, "tied")
+        wrong = okeys[:-1] > okeys[1:]
+        bad = int(wrong.argmax()) if bool(wrong.any()) else None
+    return checksum, bad
+
+
+def _staged_scan(block: np.ndarray, descending: bool | None) -> tuple[int, int | None]:
+    """:func:`_scan` of a NumPy chunk on a GPU of this process, in pieces of :data:`GPU_PIECE`.
+
+    Each piece goes up with the next piece's first element, so the order
+    check sees every adjacent pair once.
+    """
+    import cupy
+
+    from gpusort import staging
+    from gpusort.backends.cupy import thread_device
+
+    block = np.ascontiguousarray(block)
+    n, total, bad = len(block), 0, None
+    with cupy.cuda.Device(thread_device()), staging.streams().work as work:
+        piece = cupy.empty(min(n, GPU_PIECE) + 1, block.dtype)
+        for a in range(0, n, GPU_PIECE):
+            b = min(n, a + GPU_PIECE)
+            m = min(n, b + 1) - a
+            staging.to_device(block[a:a + m], piece[:m])
+            checksum, _ = _gpu_scan(piece[:b - a], None)
+            total += checksum
+            if descending is not None and bad is None:
+                _, local = _gpu_scan(piece[:m], descending)
+                bad = None if local is None else a + local
+        work.synchronize()
+    return total % _MOD, bad
 
 
 @functools.cache
@@ -246,21 +305,13 @@ def _splitmix_sum() -> Any:
     )
 
 
-def _count_and_checksum(block: Any) -> tuple[int, int]:
-    return len(block), _checksum(block)
+def _count_and_checksum(block: Any, device: str) -> tuple[int, int]:
+    return len(block), _scan_chunk(block, None, device)[0]
 
 
-def _chunk_facts(block: Any, descending: bool) -> _ChunkFacts:
+def _chunk_facts(block: Any, descending: bool, device: str) -> _ChunkFacts:
     n = len(block)
-    if is_cupy(block):
-        checksum = _gpu_checksum(block)
-        bad = None
-        if n > 1:
-            okeys = order.encode(block, descending, "tied")
-            wrong = okeys[:-1] > okeys[1:]
-            bad = int(wrong.argmax()) if bool(wrong.any()) else None
-    else:
-        checksum, bad = _scan(block, descending)
+    checksum, bad = _scan_chunk(block, descending, device)
     ends = order.encode(block[[0, -1]], descending, "tied") if n else None
     return _ChunkFacts(
         n=n,

@@ -10,6 +10,8 @@ replaced and the result is still exact.  Multi-GPU tests carry ``multi_gpu``.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from distributed.diagnostics.plugin import WorkerPlugin  # noqa: E402
 
 import gpusort  # noqa: E402
 from gpusort.budget import parse_budget  # noqa: E402
+from gpusort.staging import PINNED_BYTES  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 
@@ -125,6 +128,21 @@ def test_data_several_times_the_budget_and_measured_peak_within_it(client, budge
     for s in stats:
         assert s["budget_bytes"] == limit
         assert 0 < s["peak_bytes"] <= limit, s
+        assert 0 < s["pinned_bytes"] <= PINNED_BYTES, s  # a few slots, not the data
+
+
+def test_pinned_staging_is_the_setting_however_much_data():
+    """A fresh process with ``gpusort.pinned-bytes`` of 4 MiB sorts 128 MiB of host keys through those 4 MiB."""
+    code = (
+        "import dask.array as da, numpy as np, gpusort\n"
+        "from gpusort.backends.cupy import memory_stats\n"
+        "x = np.random.default_rng(3).integers(-2**62, 2**62, 2**24)\n"
+        "y = gpusort.sort(da.from_array(x, chunks=2**21), backend='cupy', gpu_memory_budget='64MiB')\n"
+        "assert (y.compute(scheduler='threads') == np.sort(x)).all()\n"
+        "assert memory_stats()['pinned_bytes'] == 4 * 2**20, memory_stats()\n"
+    )
+    env = {**os.environ, "DASK_GPUSORT__PINNED_BYTES": "4MiB"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300)
 
 
 def test_concurrent_sorts_with_different_budgets_keep_their_own_limits(client):

@@ -261,3 +261,39 @@ def test_backend_merge_runs_and_searchsorted(rng):
 def test_errors_name_the_argument_and_the_fix(call, error, words):
     with pytest.raises(error, match=words):
         call()
+
+
+@pytest.mark.parametrize("tiles", [1, 2, 3, 4, 5])  # 0, 1, 2, 2 and 3 merge passes: both parities
+@pytest.mark.parametrize("values", [False, True], ids=["keys", "pairs"])
+def test_mergesort_overwriting_its_input(tiles, values, rng):
+    """The out-of-core steps sort staged data in place of a third buffer: same result, two buffers."""
+    x = make_keys("uint64", tiles * tile("uint64") - 7, "few", rng)
+    perm = ref_argsort(x)
+    keys = cupy.asarray(x)
+    vals = cupy.arange(x.size, dtype=np.int64) if values else None
+    pool = cupy.cuda.MemoryPool()
+    with cupy.cuda.using_allocator(pool.malloc):
+        k, v = kernels.mergesort(keys, vals, overwrite_input=True)
+    assert_same(k, x[perm])
+    if values:
+        assert_same(v, perm.astype(np.int64))
+    one_copy = keys.nbytes + (vals.nbytes if values else 0)
+    assert pool.total_bytes() <= one_copy + 2**16, (pool.total_bytes(), one_copy)  # plus the partition
+
+
+@pytest.mark.parametrize("lengths", [[5], [0, 9, 0], [3, 1, 4, 1, 5], [2000, 0, 1, 3000, 7, 7, 1000, 2, 0]])
+def test_merge_tree_over_its_own_concatenation(lengths, rng):
+    """Runs that are consecutive slices of one buffer merge with that buffer as the second level buffer."""
+    runs = [sorted_run("int32", n, rng, False, "few") for n in lengths]
+    both = np.concatenate(runs)
+    perm = ref_argsort(both)
+    keys = cupy.asarray(both)
+    values = cupy.arange(both.size, dtype=np.int64)
+    starts = np.cumsum([0] + lengths).tolist()
+    views = [(keys[a:b], values[a:b]) for a, b in zip(starts[:-1], starts[1:])]
+    pool = cupy.cuda.MemoryPool()
+    with cupy.cuda.using_allocator(pool.malloc):
+        k, v = kernels.merge_tree(views, scratch=(keys, values))
+    assert pool.total_bytes() <= keys.nbytes + values.nbytes + 2**16 * len(lengths)
+    assert_same(k, both[perm])
+    assert_same(v, perm.astype(np.int64))

@@ -57,32 +57,58 @@ def test_bits_not_values():
         assert "checksums differ" in str(report) and report.first_unsorted is None
 
 
-def test_checksum_is_of_the_exact_bits_for_every_width(monkeypatch):
-    """Against an independent oracle: SplitMix64 in Python integers over every element's bits."""
-    monkeypatch.setattr(verification, "SLICE", 1000)
-    def oracle(x):
-        total = 0
-        for b in x.view(f"u{x.dtype.itemsize}").tolist():
-            z = (b + 0x9E3779B97F4A7C15) % 2**64
-            z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
-            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
-            total += z ^ (z >> 31)
-        return total % 2**64
+def splitmix_oracle(x: np.ndarray) -> int:
+    """SplitMix64 in Python integers over every element's bits, summed mod 2^64: independent of verify."""
+    total = 0
+    for b in x.view(f"u{x.dtype.itemsize}").tolist():
+        z = (b + 0x9E3779B97F4A7C15) % 2**64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+        total += z ^ (z >> 31)
+    return total % 2**64
 
-    for dtype in ("bool", "int8", "uint16", "float16", "int32", "float32", "float64", "datetime64[ms]", ">i8"):
-        x = keys(dtype, 3 * verification.SLICE + 5)  # several slices and a ragged one
-        report = verify(chunked(x, 2 * verification.SLICE + 1), chunked(x[ref_argsort(x)], 1000))
-        assert report.checksum_src == report.checksum_dst == oracle(x), dtype
+
+CHECKSUM_DTYPES = ("bool", "int8", "uint16", "float16", "int32", "float32", "float64", "datetime64[ms]", ">i8")
+
+
+def checksums_match_the_oracle(device: str) -> None:
+    for dtype in CHECKSUM_DTYPES:
+        x = keys(dtype, 3 * 1000 + 5)  # several slices (pieces) and a ragged one
+        report = verify(chunked(x, 2 * 1000 + 1), chunked(x[ref_argsort(x)], 1000), device=device)
+        assert report.ok and report.checksum_src == report.checksum_dst == splitmix_oracle(x), dtype
+
+
+def unsorted_found_at(where: int, device: str) -> None:
+    y = np.arange(3000, dtype=np.int64)
+    y[[where, where + 1]] = y[[where + 1, where]]
+    report = verify(chunked(np.arange(len(y)), 700), chunked(y, len(y)), device=device)
+    assert report.first_unsorted == where and "checksums differ" not in str(report)
+
+
+def test_checksum_is_of_the_exact_bits_for_every_width(monkeypatch):
+    monkeypatch.setattr(verification, "SLICE", 1000)
+    checksums_match_the_oracle("cpu")
 
 
 @pytest.mark.parametrize("where", [0, 999, 1000, 2003])
 def test_unsorted_at_slice_boundaries(where, monkeypatch):
     """A chunk is checked in slices; the pairs across them count too."""
     monkeypatch.setattr(verification, "SLICE", 1000)
-    y = np.arange(3000, dtype=np.int64)
-    y[[where, where + 1]] = y[[where + 1, where]]
-    report = verify(chunked(np.arange(len(y)), 700), chunked(y, len(y)))
-    assert report.first_unsorted == where and "checksums differ" not in str(report)
+    unsorted_found_at(where, "cpu")
+
+
+def test_device_is_checked():
+    with pytest.raises(ValueError, match="device='tpu'; use 'auto', 'cpu' or 'gpu'"):
+        verify([1], [1], device="tpu")
+
+
+@pytest.mark.gpu
+def test_host_chunks_checked_on_the_gpu_in_pieces(monkeypatch):
+    """NumPy chunks go up in pieces: the checksums and the pairs across pieces as on the CPU."""
+    monkeypatch.setattr(verification, "GPU_PIECE", 1000)
+    checksums_match_the_oracle("gpu")
+    for where in (0, 998, 999, 1000, 2003, 2998):
+        unsorted_found_at(where, "gpu")
 
 
 def test_array_likes_and_descending_checked_like_sort():

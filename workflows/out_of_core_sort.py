@@ -2,12 +2,12 @@
 
 Random keys are made in host memory on the workers (NumPy chunks, persisted),
 then sorted with ``backend="cupy"`` and a per-worker ``--gpu-memory-budget``:
-every chunk goes up to the GPU through pinned buffers, comes back as a sorted
-run in pinned host memory, and each output chunk is merged on the GPU from
+every chunk goes up to the GPU through a few pinned slots, comes back as a
+sorted run in ordinary host memory, and each output chunk is merged on the GPU from
 exact slices of the runs -- in pieces that fit the budget when a chunk or a
 merge does not.  The result is checked (``gpusort.verify``: sorted, and a
 permutation of the input by count and checksum), and the summary -- keys/s,
-time by phase, the *measured* peak GPU memory of each worker, bytes moved
+time by phase, the *measured* peak GPU memory and pinned host memory of each worker, bytes moved
 between workers and, with ``--gpu-counts``, the speed-up over one GPU -- is
 printed and written as JSON under ``--out``.
 
@@ -54,6 +54,9 @@ def main(argv=None) -> int:
                         help="with --backend cupy: GPU memory per worker, e.g. 2GiB (default: 512MiB)")
     parser.add_argument("--gpu-counts", help="run once per GPU count, e.g. 1,2,4, for the speed-up (default: once)")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the keys (default: %(default)s)")
+    parser.add_argument("--repeat", type=runtime.count, default=1,
+                        help="sorts per cluster, each of fresh keys: the first is cold (fresh worker "
+                             "processes), the rest warm (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder for the JSON (default: %(default)s)")
     runtime.add_options(parser, gpu=True)
     args = parser.parse_args(argv)
@@ -61,8 +64,9 @@ def main(argv=None) -> int:
     runs = []
     for gpus in counts:
         with runtime.from_options(args, parser, **({} if gpus is None else {"gpus": gpus})) as client:
-            runs.append(sort_once(client, args) | {"gpus": gpus})
-    one = next((r["seconds"] for r in runs if r["gpus"] == 1), None)
+            for rep in range(args.repeat):
+                runs.append(sort_once(client, args, args.seed + rep) | {"gpus": gpus, "cold": rep == 0})
+    one = next((r["seconds"] for r in runs if r["gpus"] == 1 and r["cold"]), None)
     for r in runs:
         r["speedup_over_one_gpu"] = one / r["seconds"] if one else None
     path = runtime.write_json(args.out, "out_of_core_sort",
@@ -72,7 +76,7 @@ def main(argv=None) -> int:
     return 0 if all(r["verified"] for r in runs) else 1
 
 
-def sort_once(client, args: argparse.Namespace) -> dict:
+def sort_once(client, args: argparse.Namespace, seed: int) -> dict:
     """Make, sort and verify ``args.keys`` random host keys on ``client``'s workers; the measurements."""
     from distributed import wait
 
@@ -83,7 +87,7 @@ def sort_once(client, args: argparse.Namespace) -> dict:
     if on_gpu:
         from gpusort.backends.cupy import memory_stats
     dtype = np.dtype(args.dtype)
-    x = random_keys(args.keys, -(-args.keys // args.chunks), dtype, args.seed).persist()
+    x = random_keys(args.keys, -(-args.keys // args.chunks), dtype, seed).persist()
     wait(x)
     if on_gpu:
         client.run(memory_stats, True)
@@ -103,6 +107,7 @@ def sort_once(client, args: argparse.Namespace) -> dict:
         "keys": args.keys, "dtype": str(dtype), "chunks": args.chunks, "bytes": args.keys * dtype.itemsize,
         "workers": len(client.scheduler_info()["workers"]), **measured,
         "peak_gpu_bytes": {w: s["peak_bytes"] for w, s in peaks.items()},
+        "pinned_bytes": {w: s["pinned_bytes"] for w, s in peaks.items()},
         "budget_bytes": {w: s["budget_bytes"] for w, s in peaks.items()},
         "verify_seconds": time.perf_counter() - check_start, "verified": bool(report.ok), "verify": str(report),
     }
@@ -113,13 +118,15 @@ def print_summary(args: argparse.Namespace, runs: list[dict]) -> None:
     budget = f", budget {args.gpu_memory_budget / 2**20:.0f} MiB per worker" if args.backend == "cupy" else ""
     print(f"gpusort out-of-core sort: {args.keys} {args.dtype} keys ({gib:.2f} GiB) in {args.chunks} host chunks, "
           f"{args.backend} backend{budget}, cluster {args.cluster}")
-    print(f"  {'gpus':>4}  {'workers':>7}  {'seconds':>8}  {'Gkeys/s':>8}  {'speed-up':>8}  {'peak GPU MiB':>12}  "
-          f"{'moved MiB':>10}  verified")
+    print(f"  {'gpus':>4}  {'start':>5}  {'workers':>7}  {'seconds':>8}  {'Gkeys/s':>8}  {'speed-up':>8}  "
+          f"{'peak GPU MiB':>12}  {'pinned MiB':>10}  {'moved MiB':>10}  verified")
     for r in runs:
         peak = max(r["peak_gpu_bytes"].values(), default=0) / 2**20
+        pinned = max(r["pinned_bytes"].values(), default=0) / 2**20
         speedup = f"{r['speedup_over_one_gpu']:.2f}x" if r["speedup_over_one_gpu"] else "-"
-        print(f"  {r['gpus'] or 'all':>4}  {r['workers']:>7}  {r['seconds']:>8.3f}  {r['keys_per_second'] / 1e9:>8.3f}  "
-              f"{speedup:>8}  {peak:>12.1f}  {r['bytes_between_workers'] / 2**20:>10.1f}  {r['verified']}")
+        print(f"  {r['gpus'] or 'all':>4}  {'cold' if r['cold'] else 'warm':>5}  {r['workers']:>7}  {r['seconds']:>8.3f}  "
+              f"{r['keys_per_second'] / 1e9:>8.3f}  {speedup:>8}  {peak:>12.1f}  {pinned:>10.1f}  "
+              f"{r['bytes_between_workers'] / 2**20:>10.1f}  {r['verified']}")
         print("        phases " + ", ".join(f"{k} {v:.2f}" for k, v in r["phase_seconds"].items())
               + f" (task seconds); verify {r['verify_seconds']:.2f} s: {r['verify']}")
 

@@ -11,8 +11,8 @@ ascending.  Two paths:
   whose sort does not fit, ranges of output ranks for a merge that does
   not).  Every step allocates from one CuPy pool per device whose limit is
   the budget, and records its high-water mark (:func:`memory_stats`).  Data
-  crosses the host link through pinned memory (:mod:`gpusort.staging`):
-  runs and merged chunks come back in pinned NumPy arrays.
+  crosses the host link through a few pinned slots per GPU
+  (:mod:`gpusort.staging`): runs and merged chunks are ordinary NumPy arrays.
 
 Without a budget the out-of-core path takes :data:`DEFAULT_FRACTION` of the
 device's free memory when it first runs in a process.
@@ -30,6 +30,7 @@ import numpy as np
 
 import gpusort.gpu as gpu
 from gpusort import budget as plan
+from gpusort import kernels
 from gpusort import staging
 from gpusort.backends import Pair
 
@@ -75,7 +76,9 @@ def memory_stats(reset: bool = False) -> dict[str, Any]:
     pool held from the GPU), ``peak_used_bytes``, that of its live arrays, and
     ``budget_bytes``, the largest budget -- so ``peak_bytes <= budget_bytes``
     whenever every sort kept within its own budget.  ``pools`` has each of
-    those pools' figures, keyed ``(device, budget)``.  Empty if no step ran.
+    those pools' figures, keyed ``(device, budget)``.  ``pinned_bytes`` is
+    the pinned host memory the process holds for staging (all GPUs).  Empty
+    if no step ran.
     """
     pools = {}
     for key, memory in sorted(_memories.items()):
@@ -86,7 +89,8 @@ def memory_stats(reset: bool = False) -> dict[str, Any]:
     if not pools:
         return {}
     keys = ("budget_bytes", "peak_bytes", "peak_used_bytes")
-    return {k: max(p[k] for p in pools.values()) for k in keys} | {"pools": pools}
+    return ({k: max(p[k] for p in pools.values()) for k in keys}
+            | {"pinned_bytes": staging.pinned_bytes(), "pools": pools})
 
 
 _threads = threading.local()
@@ -219,51 +223,57 @@ def _bits(values: np.ndarray) -> np.ndarray:
 
 
 class _Steps:
-    """:class:`gpusort.budget.Device` on this GPU: each step within ``memory``'s budget."""
+    """:class:`gpusort.budget.Device` on this GPU: each step within ``memory``'s budget.
+
+    Results land in ordinary (pageable) host memory: the copies go through
+    :mod:`gpusort.staging`'s few pinned slots, never through pinned arrays
+    the size of the data.
+    """
 
     def __init__(self, memory: staging.GpuMemory):
         self.memory = memory
 
     def empty(self, n: int, dtype: Any) -> np.ndarray:
-        return staging.empty_pinned(n, dtype)
+        return np.empty(n, dtype)
 
     def sort(self, keys: np.ndarray, values: np.ndarray | None, out: Pair) -> None:
         vb = 0 if values is None else values.dtype.itemsize
-        self.memory.run(plan.sort_bytes(len(keys), keys.dtype.itemsize, vb), _sort_step, keys, values, out)
+        self.memory.run(plan.sort_bytes(len(keys), keys.dtype.itemsize, vb), _sort_step, self.memory, keys, values, out)
 
     def merge(self, pieces: Sequence[Pair], out: Pair) -> None:
         keys, values = pieces[0]
         vb = 0 if values is None else values.dtype.itemsize
         n = sum(len(k) for k, _ in pieces)
-        self.memory.run(plan.merge_bytes(n, keys.dtype.itemsize, vb), _merge_step, pieces, out)
+        self.memory.run(plan.merge_bytes(n, keys.dtype.itemsize, vb), _merge_step, self.memory, pieces, out)
 
 
-def _sort_step(keys: np.ndarray, values: np.ndarray | None, out: Pair) -> None:
-    k = _staged([keys])
-    if values is None:
-        sorted_keys = gpu.sort(k)
-        del k
-        staging.to_host(sorted_keys, out[0])
-        return
-    sorted_keys, sorted_values = gpu.sort_pairs(k, _staged([values]))
-    staging.to_host(sorted_keys, out[0])
-    staging.to_host(sorted_values, out[1])
+def _sort_step(memory: staging.GpuMemory, keys: np.ndarray, values: np.ndarray | None, out: Pair) -> None:
+    staged = _staged([keys]), None if values is None else _staged([values])
+    result = kernels.mergesort(*staged, overwrite_input=True)  # two copies of the data on the GPU, not three
+    del staged
+    _download(memory, result, out)
 
 
-def _merge_step(pieces: Sequence[Pair], out: Pair) -> None:
-    lengths = [len(k) for k, _ in pieces]
-    starts = np.cumsum([0] + lengths).tolist()
+def _merge_step(memory: staging.GpuMemory, pieces: Sequence[Pair], out: Pair) -> None:
+    starts = np.cumsum([0] + [len(k) for k, _ in pieces]).tolist()
     keys = _staged([k for k, _ in pieces])
-    key_runs = [keys[a:b] for a, b in zip(starts[:-1], starts[1:])]
-    if pieces[0][1] is None:
-        staging.to_host(gpu.merge_runs(key_runs), out[0])
-        return
-    values = _staged([v for _, v in pieces])
-    merged_keys, merged_values = gpu.merge_runs(
-        [(k, values[a:b]) for k, a, b in zip(key_runs, starts[:-1], starts[1:])]
-    )
-    staging.to_host(merged_keys, out[0])
-    staging.to_host(merged_values, out[1])
+    values = None if pieces[0][1] is None else _staged([v for _, v in pieces])
+    runs = [(keys[a:b], None if values is None else values[a:b]) for a, b in zip(starts[:-1], starts[1:])]
+    result = kernels.merge_tree(runs, scratch=(keys, values))  # level 2 on writes over the staged slices
+    del keys, values, runs
+    _download(memory, result, out)
+
+
+def _download(memory: staging.GpuMemory, result: Pair, out: Pair) -> None:
+    """``result`` into host ``out``, with the step's reservation lowered to what ``result`` holds.
+
+    The scratch buffer is free by now, so the next step may start its
+    upload while this one's result goes down.
+    """
+    memory.shrink(sum(x.nbytes for x in result if x is not None) + plan.FIXED_BYTES)
+    for dev, host in zip(result, out):
+        if dev is not None:
+            staging.to_host(dev, host)
 
 
 def _staged(parts: Sequence[np.ndarray]) -> cupy.ndarray:
