@@ -563,6 +563,88 @@ def phase_seconds(client: Any, start: float) -> dict[str, float]:
     return {phase: entry["seconds"] for phase, entry in task_costs(client, start).items()}
 
 
+@contextlib.contextmanager
+def phase_timer(client: Any) -> Iterator[dict[str, float]]:
+    """Compute seconds per phase of what runs inside the block, filled in when it ends.
+
+    From ``client``'s task stream (:func:`phase_seconds`), or, with no client
+    (Dask's threaded or synchronous scheduler), from Dask's local
+    ``Profiler``; phases of :data:`gpusort.graph.PHASES` first, in order.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> with phase_timer(None) as phases:
+    ...     _ = (da.ones(10, chunks=5) + 1).sum().compute()
+    >>> all(seconds >= 0 for seconds in phases.values()), len(phases) > 0
+    (True, True)
+    """
+    from gpusort.graph import PHASES
+
+    seconds: dict[str, float] = {}
+    if client is not None:
+        start = time.time()
+        yield seconds
+        seconds.update(phase_seconds(client, start))
+        return
+    from dask.diagnostics import Profiler
+
+    with Profiler() as profiler:
+        yield seconds
+    found: dict[str, float] = {}
+    for task in profiler.results:
+        phase = phase_of(task.key)
+        found[phase] = found.get(phase, 0.0) + task.end_time - task.start_time
+    seconds.update({p: found.pop(p) for p in PHASES if p in found} | found)
+
+
+def disk_speed(folder: Path, nbytes: int = 2**30) -> dict[str, float]:
+    """Sequential write and read bytes per second of the disk under ``folder``, measured now.
+
+    Writes ``nbytes`` of random (incompressible) data in 64 MiB blocks and
+    ``fsync``s it, asks the kernel to drop the file from its page cache
+    (``posix_fadvise(DONTNEED)``), reads it back, and deletes it.  Where the
+    cache cannot be dropped the read figure is the cache's, and says so
+    (``"read_from_cache": True``).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> speed = disk_speed(Path(tempfile.mkdtemp()), 2**22)
+    >>> speed["write_bytes_per_second"] > 0 and speed["read_bytes_per_second"] > 0
+    True
+    """
+    import numpy as np
+
+    block = np.random.default_rng(0).integers(0, 256, min(nbytes, 64 * 2**20), dtype=np.uint8).tobytes()
+    path = Path(folder) / f".gpusort-disk-speed-{secrets.token_hex(4)}"
+    written = 0
+    try:
+        start = time.perf_counter()
+        with path.open("wb") as f:
+            while written < nbytes:
+                written += f.write(block[: nbytes - written])
+            f.flush()
+            os.fsync(f.fileno())
+        write = written / (time.perf_counter() - start)
+        dropped = hasattr(os, "posix_fadvise")
+        if dropped:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+        start = time.perf_counter()
+        with path.open("rb", buffering=0) as f:
+            while f.read(len(block)):
+                pass
+        read = written / (time.perf_counter() - start)
+    finally:
+        path.unlink(missing_ok=True)
+    return {"bytes": written, "write_bytes_per_second": write, "read_bytes_per_second": read,
+            "read_from_cache": not dropped}
+
+
 def bytes_moved(client: Any) -> int:
     """Bytes the workers of ``client`` have moved between one another so far.
 

@@ -243,7 +243,6 @@ def test_merges_read_only_their_slices(tmp_path, monkeypatch, n, src_chunks, out
         return real(store, k, a, b)
 
     monkeypatch.setattr(gpusort.zarr_io._RunStore, "read", recording)
-    monkeypatch.setattr(gpusort.zarr_io, "RUN_ZARR_CHUNK_BYTES", 8 * 1024)
     sort_zarr(src, tmp_path / "sorted.zarr", chunks=out_chunks, argsort_dst=tmp_path / "order.zarr")
     np.testing.assert_array_equal(read(tmp_path / "order.zarr"), np.argsort(x, kind="stable"))
     nruns, nout = -(-n // src_chunks), -(-n // out_chunks)

@@ -88,17 +88,21 @@ def main(argv=None) -> int:
                 random_keys(args.keys, chunk, dtype, args.seed).to_zarr(str(src), overwrite=True)
                 seconds["generate"] = time.perf_counter() - start
             start = time.perf_counter()
-            gpusort.sort_zarr(src, dst, **options)
+            with runtime.phase_timer(client) as phases:
+                gpusort.sort_zarr(src, dst, **options)
             seconds["sort"] = time.perf_counter() - start
             start = time.perf_counter()
             report = verify(src, dst, descending=args.descending)
             seconds["verify"] = time.perf_counter() - start
         n, key_dtype, nchunks = report.n_dst, *_shape(src)
+        floor = disk_floor(src, dst)
+
 
     summary = {
         "workflow": "zarr_sort", "config": vars(args), "src": src, "dst": dst,
         "keys": n, "dtype": key_dtype, "chunks": nchunks, "bytes": n * np.dtype(key_dtype).itemsize,
         "workers": workers, "seconds": seconds, "keys_per_second": n / seconds["sort"],
+        "phase_seconds": phases, "disk": floor, "fraction_of_disk_floor": floor["floor_seconds"] / seconds["sort"],
         "verified": report.ok, "verify": str(report),
     }
     path = runtime.write_json(args.out, "zarr_sort", summary)
@@ -108,9 +112,26 @@ def main(argv=None) -> int:
     for name, s in seconds.items():
         print(f"  {name:9} {s:7.2f} s" + (f"   {n / s / 1e6:.1f} Mkeys/s" if name == "sort" else "")
               + ("  (descending)" if name == "sort" and args.descending else ""))
+    print("  phases    " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()) + " (task seconds)")
+    print(f"  disk      write {floor['write_bytes_per_second'] / 1e9:.2f} GB/s, read "
+          f"{floor['read_bytes_per_second'] / 1e9:.2f} GB/s{' (page cache)' if floor['read_from_cache'] else ''}: "
+          f"four passes over {floor['stored_bytes'] / 2**20:.0f} MiB take {floor['floor_seconds']:.2f} s, "
+          f"the sort ran at {summary['fraction_of_disk_floor']:.0%} of that floor")
     print(f"  verified  {report}")
     print(f"results: {path}")
     return 0 if report.ok else 1
+
+
+def disk_floor(src: Path, dst: Path) -> dict:
+    """The disk's speed under ``dst``, measured now, and the time of a disk-to-disk sort's four passes.
+
+    An external sort reads the input, writes the runs, reads them back and
+    writes the output: each pass moves about the input's stored bytes.
+    """
+    stored = sum(f.stat().st_size for f in Path(src).rglob("*") if f.is_file())
+    speed = runtime.disk_speed(Path(dst).parent, min(2**30, max(2**24, stored)))
+    floor = 2 * stored / speed["read_bytes_per_second"] + 2 * stored / speed["write_bytes_per_second"]
+    return {**speed, "stored_bytes": stored, "floor_seconds": floor}
 
 
 def _shape(path: Path) -> tuple[str, int]:
