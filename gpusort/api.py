@@ -148,6 +148,130 @@ def sort_by_key(
     return _sort(keys, values, descending, chunks, backend, gpu_memory_budget, positions=False)
 
 
+def topk(x: Any, k: int, *, split_every: int | None = None) -> da.Array:
+    """The ``k`` largest keys of ``x``, largest first (``k < 0``: the ``-k`` smallest, smallest first), lazily.
+
+    ``dask.array.topk``'s semantics for 1-D ``x``: NaN (and NaT) count as the
+    largest keys, as in NumPy's order.  Exact, in the input's bits, and
+    without sorting ``x``: each chunk keeps its ``|k|`` extremes by a
+    linear-time partition (on the GPU for CuPy chunks), and only those are
+    merged and sorted (:mod:`gpusort.select`).
+
+    Parameters
+    ----------
+    x : dask.array.Array or array-like
+        1-D keys, of a dtype :func:`sort` takes.
+    k : int
+        How many, nonzero, at most ``len(x)``; its sign picks the end.
+    split_every : int, optional
+        Chunks' survivors combined per step of the tree (Dask's default).
+
+    Examples
+    --------
+    >>> import dask.array as da, gpusort
+    >>> x = da.from_array([5.0, float("nan"), 1.0, 4.0, 2.0], chunks=2)
+    >>> gpusort.topk(x, 2).compute(), gpusort.topk(x, -2).compute()
+    (array([nan,  5.]), array([1., 2.]))
+    """
+    from gpusort import select
+
+    x = _as_keys(x, -1, "x")
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k == 0:
+        raise TypeError(f"k must be a nonzero int (k > 0: largest, k < 0: smallest); got {k!r}")
+    if abs(k) > x.shape[0]:
+        raise ValueError(f"k={k} asks for more keys than x holds ({x.shape[0]}); use |k| <= {x.shape[0]}")
+    return select.topk(x, int(k), split_every)
+
+
+def searchsorted(sorted_x: Any, v: Any, *, side: str = "left") -> da.Array:
+    """Global positions where ``v`` would go in the sorted 1-D ``sorted_x``, lazily: ``np.searchsorted`` over chunks.
+
+    ``sorted_x`` is sorted ascending in NumPy's order (NaN last), as
+    :func:`sort` returns it, in any chunks; ``v`` is a scalar or an array of
+    any shape (a Dask array keeps its chunks).  ``side="left"``: the first
+    position (before equal keys), ``"right"``: after them.  Positions index
+    the whole array, as ``np.searchsorted(sorted_x.compute(), v)`` would: each
+    needle is routed to the one chunk it must search (:mod:`gpusort.search`);
+    NaN needles go after every number.
+
+    Examples
+    --------
+    >>> import dask.array as da, gpusort
+    >>> s = gpusort.sort(da.from_array([5, 1, 3, 3, 9], chunks=2))
+    >>> gpusort.searchsorted(s, [3, 4, 10]).compute()
+    array([1, 3, 5])
+    >>> int(gpusort.searchsorted(s, 3, side="right").compute())
+    3
+    """
+    from gpusort import search
+
+    x = _as_keys(sorted_x, 0, "sorted_x")
+    if side not in ("left", "right"):
+        raise ValueError(f"side={side!r}; use 'left' or 'right'")
+    needles = as_dask(np.asarray(v) if np.isscalar(v) else v, "v")
+    _check_known_chunks(needles, "v")
+    return search.searchsorted(x, needles, side)
+
+
+def unique(
+    x: Any,
+    *,
+    return_index: bool = False,
+    return_inverse: bool = False,
+    return_counts: bool = False,
+    backend: str | None = None,
+    gpu_memory_budget: int | str | None = None,
+) -> da.Array | tuple[da.Array, ...]:
+    """The sorted unique keys of ``x``, lazily, with ``np.unique``'s optional results.
+
+    ``x`` is flattened.  Keys are equal as ``np.unique`` compares them:
+    ``-0.0 == 0.0`` and every NaN (NaT) is one key (NumPy's ``equal_nan``).
+    Built on one sort (:mod:`gpusort.distinct`); the inverse takes a second.
+    ``backend`` and ``gpu_memory_budget`` are those of :func:`sort`.
+
+    Returns
+    -------
+    dask.array.Array, or a tuple of them
+        The unique keys (chunk sizes unknown until computed), then, in this
+        order and only if asked for: ``index``, the int64 position of each
+        key's first occurrence; ``inverse``, the int64 position of every
+        element's key among the unique keys, shaped like ``x``; ``counts``,
+        the int64 number of each.
+
+    Examples
+    --------
+    >>> import dask.array as da, gpusort
+    >>> x = da.from_array([3.0, float("nan"), 1.0, 3.0, -0.0, 0.0, float("nan")], chunks=3)
+    >>> values, counts = gpusort.unique(x, return_counts=True)
+    >>> values.compute(), counts.compute()
+    (array([-0.,  1.,  3., nan]), array([2, 1, 2, 2]))
+    >>> [a.compute().tolist() for a in gpusort.unique(x, return_index=True, return_inverse=True)[1:]]
+    [[4, 2, 0, 1], [2, 3, 1, 2, 0, 0, 3]]
+    """
+    from gpusort import distinct
+
+    for name, flag in (("return_index", return_index), ("return_inverse", return_inverse),
+                       ("return_counts", return_counts)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True or False; got {flag!r}")
+    shape = as_dask(x, "x").shape
+    keys = _as_keys(x, None, "x")
+    if return_index or return_inverse:  # one stable sort gives the keys and their first positions
+        keys, positions = _sort(keys, None, False, None, backend, gpu_memory_budget, positions=True)
+    else:
+        keys, positions = sort(keys, backend=backend, gpu_memory_budget=gpu_memory_budget), None
+
+    def resort(k: da.Array, v: da.Array, chunk: int) -> tuple[da.Array, da.Array]:
+        return _sort(k, v, False, chunk, backend, gpu_memory_budget, positions=False)
+
+    out = distinct.unique(keys, positions, resort, return_index=return_index, return_inverse=return_inverse,
+                        return_counts=return_counts)
+    if return_inverse and len(shape) != 1:
+        at = 1 + bool(return_index)
+        out = out[:at] + (out[at].reshape(shape),) + out[at + 1:]
+    return out[0] if len(out) == 1 else out
+
+
 def resolve_backend(backend: str | None, meta: Any) -> str:
     """The backend to use: ``backend``, or the one the chunk type ``meta`` picks."""
     if backend is None:
@@ -203,6 +327,17 @@ def as_dask(x: Any, argname: str) -> da.Array:
         )
     if isinstance(x, da.Array):
         return x
+    if hasattr(x, "to_dask_array"):  # a Dask DataFrame, Series or Index: np.asarray would compute it now
+        raise TypeError(
+            f"{argname} is a Dask {type(x).__name__}, which gpusort does not take lazily: its partition "
+            f"lengths are unknown until computed. Pass {argname}.to_dask_array(lengths=True) (that computes "
+            "the lengths; persist the column first to compute it once), or use its sort_values()"
+        )
+    if isinstance(x, (list, tuple)) and any(_is_array(e) for e in x):
+        raise TypeError(
+            f"{argname} is a {type(x).__name__} of {len(x)} arrays; gpusort sorts one array. Sort each, or "
+            f"join them first with dask.array.concatenate({argname}) (or stack them, then axis=None)"
+        )
     if is_cupy(x):
         return da.from_array(x, chunks="auto", asarray=False)
     if isinstance(x, (np.ndarray, list, tuple)) or hasattr(x, "__array__"):
@@ -215,6 +350,11 @@ def as_dask(x: Any, argname: str) -> da.Array:
     raise TypeError(
         f"{argname} must be a dask array or a NumPy/CuPy array; got {type(x).__name__}"
     )
+
+
+def _is_array(x: Any) -> bool:
+    """Whether ``x`` is an array object (NumPy, CuPy, Dask, pandas), not a scalar or a nested list."""
+    return hasattr(x, "__array__") and getattr(x, "ndim", 0) > 0 or hasattr(x, "__dask_graph__")
 
 
 def _check_known_chunks(x: da.Array, argname: str) -> None:

@@ -49,3 +49,29 @@ def test_cupy_backend_without_a_gpu_says_what_to_do():
         pass
     with pytest.raises(ValueError, match=r"backend='cupy' needs .*backend='numpy'"):
         gpusort.sort(X, backend="cupy")
+
+
+def _never(*_):
+    raise AssertionError("computed while the graph was being built")
+
+
+def test_dask_dataframe_columns_refused_without_computing_them():
+    dd = pytest.importorskip("dask.dataframe")
+    pd = pytest.importorskip("pandas")
+    ddf = dd.from_pandas(pd.DataFrame({"a": [3, 1, 2, 5]}), npartitions=2).map_partitions(
+        _never, meta=pd.DataFrame({"a": np.zeros(0, np.int64)}))
+    for x in (ddf["a"], ddf, ddf.index):
+        with pytest.raises(TypeError, match=r"x is a Dask \w+.*to_dask_array\(lengths=True\)"):
+            gpusort.sort(x)
+
+
+def test_a_tuple_of_arrays_is_not_concatenated():
+    import dask
+
+    lazy = da.from_delayed(dask.delayed(_never)(), shape=(3,), dtype=np.int64)
+    for x in ((lazy, lazy), [np.arange(3), np.arange(3)]):
+        with pytest.raises(TypeError, match=r"x is a (tuple|list) of 2 arrays; gpusort sorts one array"):
+            gpusort.sort(x)
+    # Sequences of scalars, nested or not, are arrays as NumPy reads them.
+    assert gpusort.sort((3, 1, 2)).compute().tolist() == [1, 2, 3]
+    assert gpusort.sort([[3, 1], [2, 0]], axis=None).compute().tolist() == [0, 1, 2, 3]

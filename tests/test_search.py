@@ -1,0 +1,56 @@
+"""gpusort.searchsorted against np.searchsorted on the whole sorted array (the oracle)."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+
+import gpusort
+from reference import KEY_DTYPES, ref_argsort
+from test_special_values import CHUNKINGS, specials
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("dtype", KEY_DTYPES)
+def test_every_dtype_every_chunking(dtype, side):
+    x = specials(dtype)
+    s = x[ref_argsort(x)]  # NumPy's order, NaN (NaT) last
+    needles = np.concatenate([x, x[:5][::-1]])  # every key, ties, NaN and the extremes
+    want = np.searchsorted(s, needles, side=side)
+    for chunks in CHUNKINGS:
+        got = gpusort.searchsorted(da.from_array(s, chunks=(chunks,)), da.from_array(needles, chunks=4), side=side)
+        np.testing.assert_array_equal(got.compute(), want, err_msg=f"chunks={chunks}")
+
+
+def test_hundreds_of_chunks_needles_of_any_shape_and_lazy():
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 1000, 20_000)
+    s = gpusort.sort(da.from_array(x, chunks=71))  # 282 chunks, straight from gpusort.sort
+    v = rng.integers(-5, 1005, (30, 40))
+    got = gpusort.searchsorted(s, da.from_array(v, chunks=(7, 11)), side="right")
+    assert got.shape == v.shape and got.chunks == ((7, 7, 7, 7, 2), (11, 11, 11, 7)) and got.dtype == np.int64
+    np.testing.assert_array_equal(got.compute(), np.searchsorted(np.sort(x), v, side="right"))
+    assert gpusort.searchsorted(s, 500).compute() == np.searchsorted(np.sort(x), 500)
+    assert gpusort.searchsorted(np.array([], np.int64), [3, 4]).compute().tolist() == [0, 0]
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match=r"side='middle'; use 'left' or 'right'"):
+        gpusort.searchsorted(np.arange(3), 1, side="middle")
+    with pytest.raises(ValueError, match=r"sorted_x is 2-D"):
+        gpusort.searchsorted(np.ones((2, 2)), 1)
+    with pytest.raises(TypeError, match=r"sorted_x has dtype complex128"):
+        gpusort.searchsorted(np.ones(3, complex), 1)
+
+
+@pytest.mark.gpu
+def test_cupy_chunks_search_on_the_gpu():
+    cupy = pytest.importorskip("cupy")
+    x = np.sort(np.random.default_rng(1).standard_normal(5000))
+    v = np.random.default_rng(2).standard_normal(300)
+    got = gpusort.searchsorted(da.from_array(cupy.asarray(x), chunks=333, asarray=False),
+                               da.from_array(cupy.asarray(v), chunks=100, asarray=False))
+    out = got.compute()
+    assert type(out).__module__.startswith("cupy")
+    np.testing.assert_array_equal(cupy.asnumpy(out), np.searchsorted(x, v))

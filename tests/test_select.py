@@ -1,0 +1,97 @@
+"""gpusort.topk against an independent oracle: the reference sort, sliced.
+
+NaN (and NaT) are the largest keys, as in NumPy's order and
+``dask.array.topk``; the selected elements must be input elements, bit for
+bit, and in order of value.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import dask.array as da
+import numpy as np
+import pytest
+
+import gpusort
+from reference import KEY_DTYPES, ref_argsort
+from test_special_values import CHUNKINGS, specials
+
+
+def bits(a: np.ndarray) -> list[int]:
+    return np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}").tolist()
+
+
+def assert_topk(got: np.ndarray, x: np.ndarray, k: int) -> None:
+    ascending = x[ref_argsort(x)]
+    want = ascending[::-1][:k] if k > 0 else ascending[:-k]
+    assert got.dtype == x.dtype and got.shape == want.shape
+    if x.dtype.kind in "mM":
+        np.testing.assert_array_equal(got.view(np.int64), want.view(np.int64))
+    else:
+        np.testing.assert_array_equal(got, want)  # values in order; NaN matches NaN, -0.0 matches 0.0
+    # Every element is an input element, each at most as often as in the input.
+    assert not collections.Counter(bits(got)) - collections.Counter(bits(x))
+
+
+@pytest.mark.parametrize("dtype", KEY_DTYPES)
+def test_special_values_every_k_every_chunking(dtype):
+    x = specials(dtype)
+    for chunks in CHUNKINGS:
+        for k in (1, 2, 5, 23, 24, -1, -3, -24):
+            assert_topk(gpusort.topk(da.from_array(x, chunks=(chunks,)), k).compute(), x, k)
+
+
+@pytest.mark.parametrize("pattern", ["random", "equal", "few", "sorted", "reversed"])
+def test_hundreds_of_chunks_and_a_narrow_tree(pattern):
+    rng = np.random.default_rng(7)
+    x = rng.integers(-(2**62), 2**62, 30_000)
+    x = {"random": x, "equal": np.full_like(x, 5), "few": rng.choice(x[:3], x.size),
+         "sorted": np.sort(x), "reversed": np.sort(x)[::-1].copy()}[pattern]
+    d = da.from_array(x, chunks=97)  # 310 chunks
+    for k in (1, 100, 1000, -100):
+        assert_topk(gpusort.topk(d, k, split_every=2).compute(), x, k)
+    # The same keys as dask.array.topk, a peer on NaN-free data.
+    np.testing.assert_array_equal(gpusort.topk(d, 50).compute(), da.topk(d, 50).compute())
+
+
+def test_lazy_and_nothing_modified():
+    x = np.array([3.0, np.nan, -0.0, 1.0])
+    before = x.copy()
+    y = gpusort.topk(x, 2)
+    assert isinstance(y, da.Array) and y.shape == (2,) and y.dtype == x.dtype
+    assert_topk(y.compute(), x, 2)
+    np.testing.assert_array_equal(x.view(np.uint64), before.view(np.uint64))
+    big_endian = np.arange(10).astype(">i4")
+    got = gpusort.topk(big_endian, 3)
+    assert got.dtype == big_endian.dtype and got.compute().dtype == big_endian.dtype
+    assert got.compute().tolist() == [9, 8, 7]
+
+
+@pytest.mark.parametrize("k, error, match", [
+    (0, TypeError, r"k must be a nonzero int"),
+    (1.5, TypeError, r"k must be a nonzero int"),
+    (True, TypeError, r"k must be a nonzero int"),
+    (11, ValueError, r"k=11 asks for more keys than x holds \(10\); use \|k\| <= 10"),
+    (-11, ValueError, r"k=-11 asks for more keys"),
+])
+def test_bad_k_is_named(k, error, match):
+    with pytest.raises(error, match=match):
+        gpusort.topk(np.arange(10), k)
+
+
+def test_n_d_input_is_refused():
+    with pytest.raises(ValueError, match=r"x is 2-D"):
+        gpusort.topk(np.ones((2, 3)), 1)
+
+
+@pytest.mark.gpu
+def test_cupy_chunks_select_on_the_gpu():
+    cupy = pytest.importorskip("cupy")
+    x = specials("float32")
+    x = np.concatenate([x, np.random.default_rng(3).standard_normal(10_000).astype(np.float32)])
+    d = da.from_array(cupy.asarray(x), chunks=1000, asarray=False)
+    for k in (7, -7, 500):
+        got = gpusort.topk(d, k).compute()
+        assert type(got).__module__.startswith("cupy")
+        assert_topk(cupy.asnumpy(got), x, k)
