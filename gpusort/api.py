@@ -252,23 +252,21 @@ def unique(
 
     for name, flag in (("return_index", return_index), ("return_inverse", return_inverse),
                        ("return_counts", return_counts)):
-        if not isinstance(flag, (bool, np.bool_)):
-            raise TypeError(f"{name} must be True or False; got {flag!r}")
-    shape = as_dask(x, "x").shape
+        check_flag(flag, name)
+    x = as_dask(x, "x")  # once: wrapping a NumPy array hashes its data
     keys = _as_keys(x, None, "x")
-    if return_index or return_inverse:  # one stable sort gives the keys and their first positions
-        keys, positions = _sort(keys, None, False, None, backend, gpu_memory_budget, positions=True)
-    else:
-        keys, positions = sort(keys, backend=backend, gpu_memory_budget=gpu_memory_budget), None
+    # With the index or the inverse, one stable sort gives the keys and their first positions.
+    keys, positions = _sort(keys, None, False, None, backend, gpu_memory_budget,
+                            positions=return_index or return_inverse)
 
     def resort(k: da.Array, v: da.Array, chunk: int) -> tuple[da.Array, da.Array]:
         return _sort(k, v, False, chunk, backend, gpu_memory_budget, positions=False)
 
     out = distinct.unique(keys, positions, resort, return_index=return_index, return_inverse=return_inverse,
                         return_counts=return_counts)
-    if return_inverse and len(shape) != 1:
+    if return_inverse and x.ndim != 1:
         at = 1 + bool(return_index)
-        out = out[:at] + (out[at].reshape(shape),) + out[at + 1:]
+        out = out[:at] + (out[at].reshape(x.shape),) + out[at + 1:]
     return out[0] if len(out) == 1 else out
 
 
@@ -300,7 +298,7 @@ def output_chunk(chunks: Any, n: int, nparts: int) -> int:
 
 
 def _sort(keys, values, descending, chunks, backend, gpu_memory_budget, *, positions, keys_returned=True):
-    check_descending(descending)
+    check_flag(descending, "descending")
     budget = parse_budget(gpu_memory_budget)
     backend = backend_spec(resolve_backend(backend, keys._meta), budget)
     chunk = output_chunk(chunks, keys.shape[0], keys.numblocks[0])
@@ -311,10 +309,10 @@ def _sort(keys, values, descending, chunks, backend, gpu_memory_budget, *, posit
     )
 
 
-def check_descending(descending: Any) -> None:
-    """A ``TypeError`` unless ``descending`` is a bool: ``"no"`` would read as true."""
-    if not isinstance(descending, (bool, np.bool_)):
-        raise TypeError(f"descending must be True or False; got {descending!r}")
+def check_flag(value: Any, argname: str) -> None:
+    """A ``TypeError`` unless ``value`` is a bool: ``"no"`` would read as true."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{argname} must be True or False; got {value!r}")
 
 
 def as_dask(x: Any, argname: str) -> da.Array:
@@ -389,16 +387,8 @@ def _as_keys(x: Any, axis: int | None, argname: str) -> da.Array:
 
 
 def _check_gpu() -> None:
-    try:
-        import cupy
-    except ImportError as exc:
-        raise ValueError(
-            "backend='cupy' needs CuPy, which is not installed: pip install 'gpusort[cuda12]' "
-            "or 'gpusort[cuda13]', or use backend='numpy'"
-        ) from exc
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # CUDA driver missing or broken
-        raise ValueError(f"backend='cupy' needs a CUDA GPU, and CuPy finds none ({exc}); use backend='numpy'") from exc
-    if count == 0:
-        raise ValueError("backend='cupy' needs a CUDA GPU, and CuPy finds none; use backend='numpy'")
+    from gpusort import runtime
+
+    names, why = runtime.gpus()  # the one GPU probe
+    if not names:
+        raise ValueError(f"backend='cupy' needs CuPy and a CUDA GPU, and here {why}; or use backend='numpy'")

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from gpusort import runtime
-from gpusort.runtime import count
 
 _MAKE_KEYS = (
     "python -c \"import numpy as np, zarr; zarr.create_array('keys.zarr', "
@@ -116,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     sort = command("sort", "Sort the 1-D Zarr array SRC into a new Zarr array DST.", computes=True)
     sort.add_argument("src", metavar="SRC", help="the keys: path of a 1-D Zarr array (format 3 or 2)")
     sort.add_argument("dst", metavar="DST", help="path of the sorted Zarr array to create")
-    sort.add_argument("--chunks", type=count, metavar="N",
+    sort.add_argument("--chunks", type=runtime.count, metavar="N",
                       help="output chunk length in elements (default: as many chunks as SRC)")
     sort.add_argument("--descending", action="store_true", help="largest first (NaN still last)")
     sort.add_argument(

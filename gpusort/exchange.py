@@ -83,7 +83,7 @@ class SortExchangeSpec(ShuffleSpec[int]):
     """What the scheduler plugin needs to start the exchange: the output chunks and how to merge them."""
 
     nruns: int
-    nchunks: int
+    nblocks: int
     backend: Any
     key_dtype: np.dtype
     descending: bool
@@ -91,12 +91,12 @@ class SortExchangeSpec(ShuffleSpec[int]):
 
     @property
     def output_partitions(self):
-        yield from range(self.nchunks)
+        yield from range(self.nblocks)
 
     def pick_worker(self, partition: int, workers) -> str:
         # Contiguous ranges of output chunks per worker: every run then sends
         # each worker one contiguous slab.
-        return workers[partition * len(workers) // self.nchunks]
+        return workers[partition * len(workers) // self.nblocks]
 
     def create_run_on_worker(self, run_id, span_id, worker_for, plugin) -> ShuffleRun:
         worker = plugin.worker
@@ -260,7 +260,7 @@ def _unpack(id: ShuffleId, j: int, run_id: int) -> tuple[Any, Any]:
 
 
 def exchange_layer(run_keys: list, splits_key: Any, token: str, spec_args: dict) -> tuple[dict, str]:
-    """The exchange's tasks: transfers of every run, the barrier, one merge per output chunk.
+    """The exchange's tasks: transfers of every run, the barrier, one merge per block of output chunks.
 
     ``run_keys`` are the runs' keys, ``splits_key`` the key of the split
     vectors (``(J + 1, P)``), ``spec_args`` the fields of
@@ -276,6 +276,6 @@ def exchange_layer(run_keys: list, splits_key: Any, token: str, spec_args: dict)
         refs.append(t.ref())
     spec = SortExchangeSpec(id=id, disk=False, **spec_args)
     dsk[barrier_key(id)] = barrier = P2PBarrierTask(barrier_key(id), p2p_barrier, id, *refs, spec=spec)
-    for j in range(spec.nchunks):
+    for j in range(spec.nblocks):
         dsk[(merge, j)] = Task((merge, j), _unpack, id, j, barrier.ref())
     return dsk, merge

@@ -8,8 +8,9 @@ Layers, in the order they run (constant rounds, whatever ``P`` and ``N``):
 ``plan-``     one task: per-run windows that bracket every split.
 ``windows-``  one task per run: its window keys, cut where the run lives.
 ``splits-``   one task: exact split vectors for every output boundary.
-``merge-``    one task per output chunk: a k-way merge of exactly its slices,
-              then the order keys decoded back to the user's dtype.
+``merge-``    one task per block of consecutive output chunks: a k-way merge
+              of exactly its slices, the order keys decoded back to the
+              user's dtype; the output chunks are views of the block.
 
 Where the runs live in several worker processes the merges get their slices
 through an exchange (:mod:`gpusort.exchange`): one ``transfer-`` task per run
@@ -189,8 +190,7 @@ def threads() -> int:
     try:
         from distributed import default_client
 
-        info = default_client().scheduler_info(n_workers=-1)
-        return max(1, sum(w.get("nthreads", 1) for w in info["workers"].values()))
+        return max(1, sum(default_client().nthreads().values()))
     except (ImportError, ValueError):
         from dask.system import CPU_COUNT
 
@@ -336,20 +336,19 @@ def merge_sorted_runs(
     chunk: int,
     backend: str,
     sample_stride: int | None = None,
-    batch: bool = True,
 ) -> tuple[da.Array, da.Array | None]:
     """Phases 2-3: exact splitters, then one merge per block of consecutive output chunks.
 
     Returns the sorted keys (decoded to ``key_dtype``) and the values in the
     same order (``None`` for keys only), in chunks of ``chunk`` elements, the
-    last one the remainder.  Small chunks are merged in blocks (:func:`task_groups`)
-    unless ``batch=False``, which merges every chunk in a task of its own.
+    last one the remainder.  Small chunks are merged in blocks (:func:`task_groups`);
+    ``dask.config`` ``gpusort.task-bytes: 0`` merges every chunk in a task of its own.
     """
     n, nruns = sum(runs.lengths), len(runs.lengths)
     ranks = corank.output_ranks(n, chunk)
     sizes = tuple(int(c) for c in np.diff(ranks))
     element = runs.okey_dtype.itemsize + (0 if runs.value_dtype is None else runs.value_dtype.itemsize)
-    blocks = task_groups(sizes, element, task_bytes(n * element, is_cupy(runs.meta)) if batch else 0)
+    blocks = task_groups(sizes, element, task_bytes(n * element, is_cupy(runs.meta)))
     # Merges split the runs only at block edges; inside a block its chunks are
     # consecutive ranks of one merged array.
     edges = ranks[[a for a, _ in blocks] + [blocks[-1][1]]]
@@ -373,7 +372,7 @@ def merge_sorted_runs(
     if method == "p2p":
         from gpusort.exchange import exchange_layer
 
-        spec = dict(nruns=nruns, nchunks=len(blocks), backend=backend, key_dtype=dtype,
+        spec = dict(nruns=nruns, nblocks=len(blocks), backend=backend, key_dtype=dtype,
                     descending=descending, scheme=runs.scheme)
         tasks, name = exchange_layer(run_keys, splits, token, spec)
         dsk.update(tasks)

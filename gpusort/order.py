@@ -170,13 +170,15 @@ class _Bits:
         return (u.view(self.int) >> self.shift).view(self.uint)
 
 
+def _flip_non_nan(x: Any, b: "_Bits") -> Any:
+    """``x`` with the sign bit of every non-NaN flipped: descending order for scheme ``"float"``, and its inverse."""
+    return (x.view(b.uint) ^ (b.sign * (x == x).astype(b.uint))).view(x.dtype)
+
+
 def _encode_float(keys: Any, descending: bool, scheme: Scheme) -> Any:
     b = _Bits(keys.dtype)
     if scheme == "float":
-        if not descending:
-            return keys
-        u = keys.view(b.uint)
-        return (u ^ (b.sign * (keys == keys).astype(b.uint))).view(keys.dtype)
+        return _flip_non_nan(keys, b) if descending else keys
     u = keys.view(b.uint)
     if scheme == "tied":
         # One bit pattern per tie class: both zeros become +0.0 (all bits
@@ -199,10 +201,7 @@ def _encode_float(keys: Any, descending: bool, scheme: Scheme) -> Any:
 def _decode_float(okeys: Any, dtype: np.dtype, descending: bool, scheme: Scheme) -> Any:
     b = _Bits(dtype)
     if scheme == "float":
-        if not descending:
-            return okeys
-        u = okeys.view(b.uint)
-        return (u ^ (b.sign * (okeys == okeys).astype(b.uint))).view(dtype)
+        return _flip_non_nan(okeys, b).view(dtype) if descending else okeys
     t = okeys + b.nans
     if descending:
         t = ~t

@@ -391,7 +391,7 @@ def from_options(args: argparse.Namespace, parser: argparse.ArgumentParser | Non
     :func:`cluster`) exits the program with status 2 and the reason in one
     line, naming flags (:func:`flags`).
     """
-    names = ("workers", "threads", "memory_limit", "protocol", "rmm_pool_size", "device_memory_limit", "gpus")
+    names = set().union(*_TAKES.values())  # every option some cluster kind takes
     options = {name: getattr(args, name) for name in names if hasattr(args, name)} | overrides
     with contextlib.ExitStack() as stack:
         try:
@@ -423,6 +423,8 @@ def flags(message: str) -> str:
     '--gpu-memory-budget applies to --backend cupy only'
     >>> flags("dst: /d/out.zarr exists; pass overwrite=True (gpusort sort --overwrite) to replace it")
     'dst: /d/out.zarr exists; pass --overwrite to replace it'
+    >>> flags("dst: /data/argsort_dst.zarr exists; temp_dir/keys and temp_dir are paths, then an argument")
+    'dst: /data/argsort_dst.zarr exists; temp_dir/keys and --temp-dir are paths, then an argument'
     """
     def flag(match: re.Match) -> str:
         name, value = match["name"] or match["bare"], (match["value"] or "").strip("'\"")
@@ -430,8 +432,9 @@ def flags(message: str) -> str:
 
     # A name alone is an argument only where no English word is spelt so: with an underscore.
     bare = "|".join(name for name in _FLAGS if "_" in name)
-    text = re.sub(rf"(?<![\w.-])(?:(?P<name>{'|'.join(_FLAGS)})=(?P<value>'[^']*'|\"[^\"]*\"|[^\s,;:)]+)"
-                  rf"|(?P<bare>{bare}))(?![\w-])", flag, message)
+    # Never inside a path: /data/argsort_dst.zarr stays a file name.
+    text = re.sub(rf"(?<![\w./-])(?:(?P<name>{'|'.join(_FLAGS)})=(?P<value>'[^']*'|\"[^\"]*\"|[^\s,;:)]+)"
+                  rf"|(?P<bare>{bare}))(?![\w/-]|\.\w)", flag, message)
     # The library's own hint at the flag is now said already.
     return re.sub(r" \(gpusort \w+ (--[\w-]+)\)", lambda m: "" if text.count(m[1]) > 1 else m[0], text)
 

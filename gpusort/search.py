@@ -42,10 +42,10 @@ def _route(needles: Any, side: str, chunk_ids: list[int], offsets: list[int], *l
     k = np.searchsorted(edges, to_numpy(flat), side=side)  # chunks wholly before each needle
     # Offset of the chunk each needle goes to; past the last chunk, the whole length.
     base = np.asarray(offsets, dtype=np.int64)[np.asarray(chunk_ids + [-1])[k]]
-    parts = []
-    for i in range(len(chunk_ids)):
-        at = np.flatnonzero(k == i)
-        parts.append((at, flat[xp.asarray(at)]))
+    # Needles grouped by chunk: one sort of the chunk numbers, not one scan per chunk.
+    by_chunk = np.argsort(k, kind="stable")
+    cuts = np.searchsorted(k, np.arange(len(chunk_ids) + 1), sorter=by_chunk).tolist()
+    parts = [(at, flat[xp.asarray(at)]) for at in (by_chunk[a:b] for a, b in zip(cuts[:-1], cuts[1:]))]
     return xp.asarray(base), parts
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from gpusort import order
 from gpusort.backends import is_cupy
-from gpusort.api import check_descending
+from gpusort.api import check_flag
 from gpusort.zarr_io import as_dask_array, compute
 
 _MOD = 2**64
@@ -123,7 +123,7 @@ def verify(src: Any, dst: Any, *, descending: bool = False, device: str = "auto"
     FAILED:
       - dst is not sorted ascending: dst[0] = 1.0 comes before dst[1] = -0.0
     """
-    check_descending(descending)
+    check_flag(descending, "descending")
     if device not in DEVICES:
         raise ValueError(f"device={device!r}; use 'auto', 'cpu' or 'gpu'")
     x, y = check_pair(src, dst)
@@ -249,13 +249,19 @@ def _gpu_here() -> bool:
 
 def _gpu_scan(block: Any, descending: bool | None) -> tuple[int, int | None]:
     """:func:`_scan` of a CuPy chunk, on its GPU: one fused kernel for the checksum."""
-    checksum = int(_splitmix_sum()(_bits(block))) % _MOD
-    bad = None
-    if descending is not None and len(block) > 1:
-        okeys = order.encode(block, descending, "tied")
-        wrong = okeys[:-1] > okeys[1:]
-        bad = int(wrong.argmax()) if bool(wrong.any()) else None
-    return checksum, bad
+    return _gpu_checksum(block), None if descending is None else _gpu_first_unsorted(block, descending)
+
+
+def _gpu_checksum(block: Any) -> int:
+    return int(_splitmix_sum()(_bits(block))) % _MOD
+
+
+def _gpu_first_unsorted(block: Any, descending: bool) -> int | None:
+    if len(block) < 2:
+        return None
+    okeys = order.encode(block, descending, "tied")
+    wrong = okeys[:-1] > okeys[1:]
+    return int(wrong.argmax()) if bool(wrong.any()) else None
 
 
 def _staged_scan(block: np.ndarray, descending: bool | None) -> tuple[int, int | None]:
@@ -277,10 +283,9 @@ def _staged_scan(block: np.ndarray, descending: bool | None) -> tuple[int, int |
             b = min(n, a + GPU_PIECE)
             m = min(n, b + 1) - a
             staging.to_device(block[a:a + m], piece[:m])
-            checksum, _ = _gpu_scan(piece[:b - a], None)
-            total += checksum
+            total += _gpu_checksum(piece[:b - a])
             if descending is not None and bad is None:
-                _, local = _gpu_scan(piece[:m], descending)
+                local = _gpu_first_unsorted(piece[:m], descending)
                 bad = None if local is None else a + local
         work.synchronize()
     return total % _MOD, bad

@@ -62,7 +62,7 @@ from dask.base import tokenize
 from dask.system import CPU_COUNT
 
 from gpusort import corank, order
-from gpusort.api import as_dask, check_descending
+from gpusort.api import as_dask, check_flag
 from gpusort.api import output_chunk, resolve_backend
 from gpusort.backends import BackendSpec, backend_spec, is_cupy, to_numpy
 from gpusort.budget import parse_budget
@@ -231,10 +231,14 @@ class _RunStore:
 
     def read(self, k: int, a: int, b: int) -> tuple[np.ndarray, np.ndarray | None]:
         """Run ``k``'s elements ``[a, b)``: order keys and positions, in memory."""
+        return (self._slice("keys", k, self.key_dtype, a, b),
+                self._slice("positions", k, np.int64, a, b) if self.positions else None)
+
+    def _slice(self, what: str, k: int, dtype: np.dtype, a: int, b: int) -> np.ndarray:
+        # An empty slice opens no file: skewed data gives merges many of them.
         if a >= b:
-            return np.empty(0, self.key_dtype), np.empty(0, np.int64) if self.positions else None
-        keys = np.array(self.keys(k)[a:b])
-        return keys, np.array(np.load(self.path("positions", k), mmap_mode="r")[a:b]) if self.positions else None
+            return np.empty(0, dtype)
+        return np.array(np.load(self.path(what, k), mmap_mode="r")[a:b])
 
 
 def _create(path: Path, shape: Any, dtype: Any, chunks: Any) -> zarr.Array:
@@ -339,7 +343,7 @@ def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str |
     """Check :func:`sort_zarr`'s arguments before any work: (keys, destinations, backend, chunk, temp_dir)."""
     x = as_dask_array(src, "src")
     order.check_key_dtype(x.dtype, "src")
-    check_descending(descending)
+    check_flag(descending, "descending")
     source = Path(src).resolve() if isinstance(src, (str, os.PathLike)) else None
     dests = {"dst": _destination(dst, "dst", overwrite, source)}
     if argsort_dst is not None:
