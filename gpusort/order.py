@@ -49,22 +49,31 @@ from typing import Any, Literal
 
 import numpy as np
 
+from gpusort.backends import namespace
+
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_COMPLEX = (np.dtype(np.complex64), np.dtype(np.complex128))
 SCHEMES = ("exact", "tied", "float")
 Scheme = Literal["exact", "tied", "float"]
 
 
-def check_key_dtype(dtype: Any, argname: str = "x") -> np.dtype:
-    """The key dtype, or a ``TypeError`` that names ``argname`` and the fix."""
+def check_key_dtype(dtype: Any, argname: str = "x", complex_ok: bool = False) -> np.dtype:
+    """The key dtype, or a ``TypeError`` that names ``argname`` and the fix.
+
+    Complex keys (:func:`complex_columns`) are sorted by the functions that
+    take composite keys, and pass here with ``complex_ok``.
+    """
     dtype = np.dtype(dtype)
     if dtype.kind in "iub" or dtype.newbyteorder("=") in _FLOATS or dtype.kind in "mM":
+        return dtype
+    if complex_ok and dtype.newbyteorder("=") in _COMPLEX:
         return dtype
     what = {
         "O": "object",
         "U": "string",
         "S": "bytes",
         "V": "structured/void",
-        "c": "complex",
+        "c": "complex" if complex_ok else "complex; sort, argsort, lexsort and sort_by_key take complex keys",
         "f": "extended-precision float",
     }.get(dtype.kind, dtype.kind)
     raise TypeError(
@@ -207,3 +216,51 @@ def _decode_float(okeys: Any, dtype: np.dtype, descending: bool, scheme: Scheme)
         t = ~t
     # A set top bit marks a non-negative key (its sign bit was set by encode).
     return (t ^ (~b.signs(t) | b.sign)).view(dtype)
+
+
+def key_columns(keys: Any, descending: bool, scheme: Scheme = "tied") -> tuple[list, list[int]]:
+    """Order-key columns of ``keys`` and their bit widths, most significant first.
+
+    One column, :func:`encode`'s, for every real dtype; three for complex
+    keys (:func:`complex_columns`).  :class:`gpusort.composite.Layout` packs
+    them next to other columns.
+    """
+    native = keys.dtype.newbyteorder("=")
+    if native.kind == "c":
+        return complex_columns(keys, descending)
+    okeys = encode(keys, descending, scheme)
+    bits = 1 if native.kind == "b" and not descending else 8 * okeys.dtype.itemsize
+    return [okeys], [bits]
+
+
+def complex_columns(keys: Any, descending: bool) -> tuple[list, list[int]]:
+    """NumPy's order of complex keys as three order-key columns: class, first part, second part.
+
+    NumPy sorts complex numbers lexicographically, real part first, and puts
+    those with NaN parts last, in classes: ``[R + Rj, R + nanj, nan + Rj,
+    nan + nanj]`` (``R`` any non-NaN), each class ordered by its non-NaN
+    parts.  So the columns are the class (2 bits), then the real part (the
+    imaginary one in class ``nan + Rj``), then the imaginary part (class
+    ``R + Rj`` only), each part an order key of scheme ``"tied"``: ``-0.0``
+    equals ``0.0`` and NaNs are one key, as NumPy compares them.
+    Descending reverses the parts' order within each class; the classes
+    with NaN stay last, as NaN does for real keys.
+
+    Examples
+    --------
+    >>> x = np.array([complex(np.nan, 1), 2 + 0j, complex(1, np.nan), 1 + 5j])
+    >>> columns, widths = complex_columns(x, False)
+    >>> np.lexsort(columns[::-1]).tolist(), widths
+    ([3, 1, 2, 0], [2, 64, 64])
+    """
+    if not keys.dtype.isnative:
+        keys = keys.astype(keys.dtype.newbyteorder("="))
+    re, im = keys.real, keys.imag
+    nan_re, nan_im = re != re, im != im
+    cls = nan_re.astype(np.uint8) * np.uint8(2) + nan_im.astype(np.uint8)
+    xp = namespace(keys)
+    first = encode(xp.where(nan_re, im, re), descending, "tied")  # the imaginary part where re is NaN
+    # Only class 0 has a second part: elsewhere one constant (zero) leaves the tie to the input order.
+    second = encode(im, descending, "tied") * (cls == 0).astype(first.dtype)
+    bits = 8 * first.dtype.itemsize
+    return [cls, first, second], [2, bits, bits]

@@ -1,0 +1,142 @@
+"""Composite order keys: several key columns compared lexicographically, as one order key.
+
+``lexsort``, complex keys and N-D sorts along an axis all compare tuples:
+the key arrays of a lexsort, a complex number's NaN class, then its parts
+(:func:`gpusort.order.complex_columns`), or a row number, then the key.
+Each column is first an unsigned order key (:func:`gpusort.order.encode`)
+of as many bits as it needs (a row number of ``R`` rows takes
+``(R - 1).bit_length()``, a bool one bit); a :class:`Layout` then writes the
+columns one after another into a single bit string, most significant first,
+so that comparing the strings as unsigned integers compares the tuples.
+
+* Up to 64 bits the string is one unsigned integer of 8, 16, 32 or 64 bits:
+  a 1-D array that every backend, the splitters and the GPU kernels already
+  sort like any integer key.  ``lexsort`` of two int32 keys, or the rows of
+  an N-D float32 sort, cost a 64-bit sort and nothing more.
+* Past 64 bits it is a 2-D ``(n, words)`` uint64 array, rows compared
+  lexicographically (the backends' :func:`argsort_rows`): the first word
+  decides, later words break its ties.
+
+Every operation is an elementwise array method, so NumPy and CuPy arrays
+both work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from gpusort.backends import namespace
+
+WORD = 64
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Bit widths of the columns of a composite key, most significant first.
+
+    Examples
+    --------
+    >>> layout = Layout((3, 8))                 # a row number < 8, then a uint8 key
+    >>> okeys = layout.pack([np.array([1, 0, 1]), np.array([7, 9, 2], np.uint8)])
+    >>> okeys.dtype, np.argsort(okeys).tolist()
+    (dtype('uint16'), [1, 2, 0])
+    >>> layout.unpack(okeys, 1).tolist()
+    [7, 9, 2]
+    >>> Layout((2, 64, 64)).words
+    3
+    """
+
+    widths: tuple[int, ...]
+
+    def __post_init__(self):
+        if not self.widths or any(not 0 < w <= WORD for w in self.widths):
+            raise ValueError(f"column widths must be 1 to {WORD} bits; got {self.widths}")
+
+    @property
+    def bits(self) -> int:
+        return sum(self.widths)
+
+    @property
+    def words(self) -> int:
+        """64-bit words per key when the key is 2-D; 1 when it fits one integer."""
+        return -(-self.bits // WORD)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The order keys' dtype: the narrowest unsigned integer that holds them (uint64 words past 64 bits)."""
+        for size in (8, 16, 32, 64):
+            if self.bits <= size:
+                return np.dtype(f"u{size // 8}")
+        return np.dtype(np.uint64)
+
+    @property
+    def element_bytes(self) -> int:
+        return self.dtype.itemsize * self.words
+
+    def _offsets(self) -> list[int]:
+        """Each column's first bit, counted from the most significant bit of the string."""
+        return np.concatenate(([0], np.cumsum(self.widths)[:-1])).tolist()
+
+    def pack(self, columns: Sequence[Any]) -> Any:
+        """The composite keys of ``columns`` (unsigned integers, each below ``2**width``).
+
+        1-D of :attr:`dtype` up to 64 bits, else ``(n, words)`` uint64.
+        """
+        if len(columns) != len(self.widths):
+            raise ValueError(f"{len(columns)} columns for a layout of {len(self.widths)}")
+        xp = namespace(columns[0])
+        if self.words == 1:
+            dtype = self.dtype
+            size = 8 * dtype.itemsize
+            out = xp.zeros(len(columns[0]), dtype)
+            for column, at, w in zip(columns, self._offsets(), self.widths):
+                out |= column.astype(dtype) << dtype.type(size - at - w)
+            return out
+        out = xp.zeros((len(columns[0]), self.words), np.uint64)
+        for column, at, w in zip(columns, self._offsets(), self.widths):
+            column = column.astype(np.uint64)
+            for q in range(at // WORD, (at + w - 1) // WORD + 1):
+                # The column's lowest bit sits `shift` bits above word q's lowest bit
+                # (negative: below it, so word q holds the column's high bits).
+                shift = WORD * (q + 1) - (at + w)
+                part = column << np.uint64(shift) if shift >= 0 else column >> np.uint64(-shift)
+                out[:, q] |= part
+        return out
+
+    def unpack(self, okeys: Any, i: int) -> Any:
+        """Column ``i`` of composite keys ``okeys``, as ``uint64`` (or :attr:`dtype` when 1-D)."""
+        at, w = self._offsets()[i], self.widths[i]
+        if self.words == 1:
+            dtype = self.dtype
+            size = 8 * dtype.itemsize
+            mask = dtype.type((1 << w) - 1)
+            return (okeys >> dtype.type(size - at - w)) & mask
+        xp = namespace(okeys)
+        out = xp.zeros(okeys.shape[0], np.uint64)
+        mask = np.uint64((1 << w) - 1)
+        for q in range(at // WORD, (at + w - 1) // WORD + 1):
+            shift = WORD * (q + 1) - (at + w)
+            word = okeys[:, q]
+            out |= word >> np.uint64(shift) if shift >= 0 else word << np.uint64(-shift)
+        return out & mask
+
+
+def argsort_rows(okeys: np.ndarray) -> np.ndarray:
+    """Stable positions that sort composite keys: ``np.argsort`` for 1-D, row-wise lexicographic for 2-D.
+
+    Examples
+    --------
+    >>> argsort_rows(np.array([[1, 5], [0, 9], [1, 2]], np.uint64)).tolist()
+    [1, 2, 0]
+    """
+    if okeys.ndim == 1:
+        return np.argsort(okeys, kind="stable")
+    return np.lexsort(okeys.T[::-1])
+
+
+def row_bits(rows: int) -> int:
+    """Bits a row number of ``rows`` rows takes (at least 1, so the layout always has the column)."""
+    return max(1, (int(rows) - 1).bit_length())
