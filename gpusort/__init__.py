@@ -2,10 +2,10 @@
 
 import importlib
 
-from gpusort.api import argsort, searchsorted, sort, sort_by_key, topk, unique
+from gpusort.api import argsort, lexsort, searchsorted, sort, sort_by_key, topk, unique
 
 __version__ = "0.1.0"
-__all__ = ["argsort", "searchsorted", "sort", "sort_by_key", "sort_zarr", "topk", "unique", "verify", "__version__"]
+__all__ = ["argsort", "lexsort", "searchsorted", "sort", "sort_by_key", "sort_zarr", "topk", "unique", "verify", "__version__"]
 
 
 def __getattr__(name: str):

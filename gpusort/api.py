@@ -9,7 +9,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from gpusort import graph, order
+from gpusort import graph, multikey, order
 from gpusort.backends import BACKENDS, backend_for, backend_spec, is_cupy
 from gpusort.budget import parse_budget
 
@@ -28,16 +28,19 @@ def sort(
     Parameters
     ----------
     x : dask.array.Array or array-like
-        Keys: bool, int8-64, uint8-64, float16/32/64, datetime64 or
-        timedelta64.  NumPy and CuPy arrays are wrapped in a Dask array.
+        Keys: bool, int8-64, uint8-64, float16/32/64, complex64/128,
+        datetime64 or timedelta64.  NumPy and CuPy arrays are wrapped in a
+        Dask array.
     axis : int or None
-        ``-1`` or ``0`` for 1-D ``x``; ``None`` sorts the flattened array
-        (like ``np.sort(x, axis=None)``), the only choice for N-D ``x``.
+        The axis to sort along, each row on its own, as ``np.sort``: any axis
+        of N-D ``x``, chunked along it or not (:mod:`gpusort.axis`); the
+        output has the input's chunks.  ``None`` sorts the flattened array.
     descending : bool
         Largest first.  NaN (and NaT) still come last, as in NumPy.
     chunks : int, optional
-        Output chunk length.  By default the output keeps the number of input
-        chunks.  All output chunks have this length but the last.
+        Output chunk length of a 1-D (or ``axis=None``) sort.  By default the
+        output keeps the number of input chunks.  All output chunks have this
+        length but the last.
     backend : {"numpy", "cupy"}, optional
         Where runs are sorted and merged.  By default the chunk type decides:
         CuPy chunks sort on the GPU.  ``"cupy"`` with NumPy chunks sorts them
@@ -63,10 +66,11 @@ def sort(
     array([1, 2, 3, 4, 5])
     >>> gpusort.sort(x, descending=True, chunks=4).chunks
     ((4, 1),)
+    >>> gpusort.sort(da.from_array([[3, 1, 2], [9, 7, 8]], chunks=2), axis=1).compute()
+    array([[1, 2, 3],
+           [7, 8, 9]])
     """
-    x = _as_keys(x, axis, "x")
-    keys, _ = _sort(x, None, descending, chunks, backend, gpu_memory_budget, positions=False)
-    return keys
+    return _sort_any([x], axis, descending, chunks, backend, gpu_memory_budget, positions=False)
 
 
 def argsort(
@@ -81,8 +85,9 @@ def argsort(
     """Stable int64 positions that sort ``x``, lazily.
 
     Ties keep input order, in both directions, as
-    ``np.argsort(x, kind="stable")``.  With ``axis=None`` the positions index
-    the flattened array.  The arguments are those of :func:`sort`.
+    ``np.argsort(x, kind="stable")``.  Along an axis of N-D ``x`` the
+    positions index that axis; with ``axis=None`` the flattened array.  The
+    arguments are those of :func:`sort`.
 
     Examples
     --------
@@ -93,10 +98,53 @@ def argsort(
     >>> gpusort.argsort(x, descending=True).compute()
     array([0, 2, 1, 3])
     """
-    x = _as_keys(x, axis, "x")
-    _, positions = _sort(x, None, descending, chunks, backend, gpu_memory_budget, positions=True,
-                         keys_returned=False)
-    return positions
+    return _sort_any([x], axis, descending, chunks, backend, gpu_memory_budget, positions=True)
+
+
+def lexsort(
+    keys: Any,
+    *,
+    axis: int | None = -1,
+    descending: bool = False,
+    chunks: int | None = None,
+    backend: str | None = None,
+    gpu_memory_budget: int | str | None = None,
+) -> da.Array:
+    """Stable int64 positions that sort by several keys, the last one primary: ``np.lexsort``, lazily.
+
+    Parameters
+    ----------
+    keys : sequence of arrays, or an array
+        Key arrays of one shape (dtypes may differ, complex included), the
+        last the primary key; or an array whose first axis indexes the keys,
+        as NumPy takes them.  Keys chunked differently are rechunked to the
+        last key's chunks.
+    axis : int or None
+        The axis to sort along (each row on its own); ``None`` flattens.
+    descending : bool
+        Largest first by every key.  NaN (and NaT) still come last.
+    chunks, backend, gpu_memory_budget
+        As for :func:`sort`.
+
+    Returns
+    -------
+    dask.array.Array
+        int64 positions along ``axis``: ties in every key keep input order.
+
+    Notes
+    -----
+    The keys' order keys are packed into one composite key
+    (:mod:`gpusort.composite`): two int32 keys sort as one 64-bit key.
+
+    Examples
+    --------
+    >>> import dask.array as da, gpusort
+    >>> surname = da.from_array([2, 1, 2, 1], chunks=2)
+    >>> age = da.from_array([30.0, 40.0, 20.0, 40.0], chunks=2)
+    >>> gpusort.lexsort([age, surname]).compute()
+    array([1, 3, 2, 0])
+    """
+    return _sort_any(_key_list(keys), axis, descending, chunks, backend, gpu_memory_budget, positions=True)
 
 
 def sort_by_key(
@@ -110,14 +158,17 @@ def sort_by_key(
 ) -> tuple[da.Array, da.Array]:
     """Sort ``keys`` and carry ``values`` along, stably, lazily.
 
-    ``values`` is a 1-D array of the same length as ``keys``, of any
-    fixed-width dtype; chunked differently, it is rechunked to match ``keys``.
+    ``keys`` is a 1-D array, or a tuple of 1-D arrays of one length compared
+    lexicographically, the *first* one primary (as ``sort_values(by=[...])``;
+    :func:`lexsort` takes NumPy's order, last primary).  ``values`` is a 1-D
+    array of the same length, of any fixed-width dtype; chunked differently,
+    it is rechunked to match the keys.
 
     Returns
     -------
     (dask.array.Array, dask.array.Array)
-        The sorted keys and the values in the same order; equal keys keep
-        their input order.
+        The sorted keys (a tuple of them for a tuple of keys) and the values
+        in the same order; equal keys keep their input order.
 
     Examples
     --------
@@ -127,8 +178,15 @@ def sort_by_key(
     >>> sk, sv = gpusort.sort_by_key(k, v)
     >>> sv.compute()
     array([b'a', b'b', b'c', b'd'], dtype='|S1')
+    >>> (sk, sk2), sv = gpusort.sort_by_key((k, da.from_array([1, 0, 0, 0], chunks=2)), v)
+    >>> sk2.compute(), sv.compute()
+    (array([0, 0, 0, 1]), array([b'a', b'b', b'd', b'c'], dtype='|S1'))
     """
-    keys = _as_keys(keys, 0, "keys")
+    several = isinstance(keys, (list, tuple))
+    columns = _key_list(keys) if several else [_as_keys(keys, 0, "keys", complex_ok=True)]
+    if any(c.ndim != 1 for c in columns):
+        raise ValueError("keys must be 1-D arrays (or a tuple of them); sort N-D keys with sort(x, axis=...)")
+    keys = columns[-1]
     values = as_dask(values, "values")
     if values.ndim != 1:
         raise ValueError(f"values must be 1-D like keys; got {values.ndim}-D (use values.ravel())")
@@ -145,7 +203,13 @@ def sort_by_key(
         values = da.from_array(values._meta.reshape(0), chunks=keys.chunks, asarray=False)
     elif values.chunks != keys.chunks:
         values = values.rechunk(keys.chunks)
-    return _sort(keys, values, descending, chunks, backend, gpu_memory_budget, positions=False)
+    if not several and keys.dtype.kind != "c":
+        return _sort(keys, values, descending, chunks, backend, gpu_memory_budget, positions=False)
+    # Composite keys do not decode back to the keys: the keys travel with the values, as records.
+    records = multikey.records(columns + [values])
+    out = _sort_composite(columns, records, descending, chunks, backend, gpu_memory_budget)
+    *sorted_keys, sorted_values = multikey.fields(out, [c.dtype for c in columns] + [values.dtype])
+    return (tuple(sorted_keys) if several else sorted_keys[0]), sorted_values
 
 
 def topk(x: Any, k: int, *, split_every: int | None = None) -> da.Array:
@@ -309,6 +373,78 @@ def _sort(keys, values, descending, chunks, backend, gpu_memory_budget, *, posit
     )
 
 
+def _sort_any(keys: list, axis, descending, chunks, backend, gpu_memory_budget, *, positions: bool) -> da.Array:
+    """sort, argsort and lexsort: ``keys`` (NumPy's lexsort order, last primary) along ``axis``."""
+    check_flag(descending, "descending")
+    argname = "x" if len(keys) == 1 else "keys"
+    keys = [as_dask(k, argname) for k in keys]
+    first = keys[-1]
+    for k in keys:
+        order.check_key_dtype(k.dtype, argname, complex_ok=True)
+        _check_known_chunks(k, argname)
+        if k.shape != first.shape:
+            raise ValueError(f"keys have shapes {first.shape} and {k.shape}; every key must have the same shape")
+    keys = [k if k.chunks == first.chunks else k.rechunk(first.chunks) for k in keys]
+    if first.ndim == 0 and axis is not None:
+        raise ValueError(f"axis={axis!r} is out of bounds for 0-d {argname}; use axis=None (a 1-element result)")
+    if axis is None or first.ndim == 1:
+        if axis is not None:
+            _check_axis(axis, 1, argname)
+        flat = [_as_keys(k, None, argname, complex_ok=True) for k in keys]
+        if len(flat) == 1 and flat[0].dtype.kind != "c":
+            got_keys, got_positions = _sort(flat[0], None, descending, chunks, backend, gpu_memory_budget,
+                                            positions=positions, keys_returned=not positions)
+            return got_positions if positions else got_keys
+        carried = None if positions else flat[0]  # complex keys travel as values: their bits are kept
+        return _sort_composite(flat[::-1], carried, descending, chunks, backend, gpu_memory_budget)
+    from gpusort import axis as along
+
+    axis = _check_axis(axis, first.ndim, argname)
+    if chunks is not None:
+        raise ValueError(
+            f"chunks={chunks!r} sets the output chunk length of a 1-D sort; a sort along axis {axis} of "
+            f"{first.ndim}-D {argname} keeps the input's chunks: drop chunks (or rechunk the result)"
+        )
+    spec = backend_spec(resolve_backend(backend, first._meta), parse_budget(gpu_memory_budget))
+    return along.sort_along(keys[::-1], axis, descending=bool(descending), positions=positions, backend=spec)
+
+
+def _sort_composite(columns: list, carried: da.Array | None, descending, chunks, backend, gpu_memory_budget
+                    ) -> da.Array:
+    """1-D keys (primary first) sorted as composite keys: ``carried`` in their order, or their positions."""
+    budget = parse_budget(gpu_memory_budget)
+    spec = backend_spec(resolve_backend(backend, columns[0]._meta), budget)
+    chunk = output_chunk(chunks, columns[0].shape[0], columns[0].numblocks[0])
+    okeys = multikey.composite_keys(columns, bool(descending))
+    _, out = multikey.sort(okeys, carried, positions=carried is None, chunk=chunk, backend=spec)
+    return out
+
+
+def _check_axis(axis: Any, ndim: int, argname: str) -> int:
+    """``axis`` as a non-negative int below ``ndim``, or a clear error."""
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral) or not -ndim <= axis < ndim:
+        raise ValueError(
+            f"axis={axis!r} is out of bounds for {ndim}-D {argname}; use an int from {-ndim} to {ndim - 1}, "
+            "or None to sort the flattened array"
+        )
+    return int(axis) % ndim
+
+
+def _key_list(keys: Any) -> list[da.Array]:
+    """The key arrays of ``lexsort`` (or ``sort_by_key``): a sequence of arrays, or an array's first axis."""
+    if isinstance(keys, (list, tuple)):
+        if not keys:
+            raise ValueError("keys is empty; pass at least one key array")
+        return [as_dask(k, "keys") for k in keys]
+    keys = as_dask(keys, "keys")
+    if keys.ndim < 2:
+        raise ValueError(
+            f"keys is a {keys.ndim}-D array; pass a sequence of key arrays, or an array whose first axis "
+            "indexes the keys (as np.lexsort takes them)"
+        )
+    return [keys[i] for i in range(keys.shape[0])]
+
+
 def check_flag(value: Any, argname: str) -> None:
     """A ``TypeError`` unless ``value`` is a bool: ``"no"`` would read as true."""
     if not isinstance(value, (bool, np.bool_)):
@@ -363,10 +499,10 @@ def _check_known_chunks(x: da.Array, argname: str) -> None:
         )
 
 
-def _as_keys(x: Any, axis: int | None, argname: str) -> da.Array:
+def _as_keys(x: Any, axis: int | None, argname: str, complex_ok: bool = False) -> da.Array:
     """``x`` as a 1-D Dask array of sortable keys, or a clear error."""
     x = as_dask(x, argname)
-    order.check_key_dtype(x.dtype, argname)
+    order.check_key_dtype(x.dtype, argname, complex_ok)
     _check_known_chunks(x, argname)
     if axis is None and x.ndim > 1 and any(0 in dim for dim in x.chunks):
         # Dask's reshape miscounts empty chunks of N-D arrays (an IndexError,
@@ -381,8 +517,7 @@ def _as_keys(x: Any, axis: int | None, argname: str) -> da.Array:
             f"{argname} is {x.ndim}-D; gpusort sorts 1-D arrays along their only axis: "
             "pass axis=None to sort the flattened array (as np.sort(x, axis=None) does)"
         )
-    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral) or axis not in (0, -1):
-        raise ValueError(f"axis={axis!r} is out of bounds for 1-D {argname}; use axis=-1, 0 or None")
+    _check_axis(axis, 1, argname)
     return x
 
 

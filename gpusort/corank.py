@@ -33,6 +33,8 @@ from typing import Sequence
 
 import numpy as np
 
+from gpusort.composite import argsort_rows
+
 
 def output_ranks(n: int, chunk: int) -> np.ndarray:
     """Boundary ranks ``0, chunk, 2·chunk, …, n`` of exactly balanced chunks."""
@@ -94,7 +96,7 @@ def plan_windows(
         return zeros, zeros.copy()
     # Merged sample order: a stable sort of the run-major concatenation breaks
     # ties by (run, position), the same strict order the runs are merged in.
-    order = np.argsort(np.concatenate(samples), kind="stable")
+    order = argsort_rows(np.concatenate(samples))
     merged_index = np.empty(total, dtype=np.int64)
     merged_index[order] = np.arange(total, dtype=np.int64)
     # Make merged indices increase across the concatenation (run k shifted by
@@ -144,7 +146,9 @@ def refine_splits(
     # (boundary, key) leaves ties in (run, position) order within a boundary.
     bound = np.concatenate([np.repeat(np.arange(nbounds), width[:, k]) for k in range(nruns)])
     run = np.repeat(np.arange(nruns), width.sum(axis=0))
-    order = np.lexsort((keys, bound))
+    # Composite keys past 64 bits are rows of words, the first the most significant.
+    columns = keys.T[::-1] if keys.ndim == 2 else (keys,)
+    order = np.lexsort((*columns, bound))
     bound, run = bound[order], run[order]
     start = np.concatenate(([0], np.cumsum(width.sum(axis=1))[:-1]))
     take = np.asarray(ranks, dtype=np.int64) - lo.sum(axis=1)

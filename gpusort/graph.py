@@ -247,13 +247,13 @@ def form_runs(
     lengths = tuple(int(c) for c in keys.chunks[0])
     vdtype = None if values is None else values.dtype
     value_dtype = np.dtype(np.int64) if positions else vdtype
-    element = keys.dtype.itemsize + (0 if value_dtype is None else value_dtype.itemsize)
+    element = _row_bytes(keys) + (8 if positions else 0 if values is None else _row_bytes(values))
     target = task_bytes(sum(lengths) * element, is_cupy(keys._meta)) if batch else 0
     groups = task_groups(lengths, element, target)
     name = "runs-" + tokenize(keys, values, descending, backend, positions, scheme, groups)
     offsets = np.concatenate(([0], np.cumsum(lengths))).tolist()
-    kkeys = keys.__dask_keys__()
-    vkeys = values.__dask_keys__() if values is not None else [None] * len(lengths)
+    kkeys = _block_keys(keys)
+    vkeys = _block_keys(values) if values is not None else [None] * len(lengths)
     dsk = {}
     for r, (a, b) in enumerate(groups):
         declared = [(k, lengths[k], keys.dtype, vdtype) for k in range(a, b)]
@@ -270,6 +270,18 @@ def form_runs(
         keys._meta,
         scheme,
     )
+
+
+def _row_bytes(x: da.Array) -> int:
+    """Bytes per element of a 1-D array, or per row of a 2-D one (composite keys, records)."""
+    return x.dtype.itemsize * (int(x.shape[1]) if x.ndim == 2 else 1)
+
+
+def _block_keys(x: da.Array) -> list:
+    """The keys of a 1-D array's blocks, or of a 2-D one's row blocks (one chunk across)."""
+    if x.ndim == 2 and x.numblocks[1] != 1:
+        raise ValueError(f"rows of composite keys or records must be one chunk wide; got chunks {x.chunks}")
+    return [k[0] for k in x.__dask_keys__()] if x.ndim == 2 else x.__dask_keys__()
 
 
 def _samples(run: Pair, g: int) -> np.ndarray:

@@ -73,11 +73,13 @@ def check_key_dtype(dtype: Any, argname: str = "x", complex_ok: bool = False) ->
         "U": "string",
         "S": "bytes",
         "V": "structured/void",
-        "c": "complex" if complex_ok else "complex; sort, argsort, lexsort and sort_by_key take complex keys",
+        "c": "complex",
         "f": "extended-precision float",
     }.get(dtype.kind, dtype.kind)
+    where = (" here (gpusort.sort, argsort, lexsort and sort_by_key take complex keys)"
+             if dtype.kind == "c" and dtype.itemsize <= 16 else "")
     raise TypeError(
-        f"{argname} has dtype {dtype} ({what}), which gpusort cannot sort as keys; "
+        f"{argname} has dtype {dtype} ({what}), which gpusort cannot sort as keys{where}; "
         "supported key dtypes are bool, int8-64, uint8-64, float16/32/64, datetime64 "
         f"and timedelta64 (convert first, e.g. {argname}.astype('float64'))"
     )
@@ -219,18 +221,53 @@ def _decode_float(okeys: Any, dtype: np.dtype, descending: bool, scheme: Scheme)
 
 
 def key_columns(keys: Any, descending: bool, scheme: Scheme = "tied") -> tuple[list, list[int]]:
-    """Order-key columns of ``keys`` and their bit widths, most significant first.
+    """Unsigned order-key columns of ``keys`` and their bit widths, most significant first.
 
     One column, :func:`encode`'s, for every real dtype; three for complex
     keys (:func:`complex_columns`).  :class:`gpusort.composite.Layout` packs
     them next to other columns.
     """
-    native = keys.dtype.newbyteorder("=")
-    if native.kind == "c":
+    if keys.dtype.kind == "c":
         return complex_columns(keys, descending)
     okeys = encode(keys, descending, scheme)
-    bits = 1 if native.kind == "b" and not descending else 8 * okeys.dtype.itemsize
-    return [okeys], [bits]
+    if okeys.dtype.kind == "i":  # signed order keys: flipping the sign bit makes them unsigned, in order
+        unsigned = np.dtype(f"u{okeys.dtype.itemsize}")
+        okeys = okeys.view(unsigned) ^ unsigned.type(1 << (8 * okeys.dtype.itemsize - 1))
+    return [okeys], key_widths(keys.dtype, descending)
+
+
+def decode_column(column: Any, dtype: Any, descending: bool) -> Any:
+    """Keys of ``dtype`` back from their :func:`key_columns` column of scheme ``"exact"`` (any unsigned type).
+
+    Examples
+    --------
+    >>> x = np.array([-3, 7, 0], np.int16)
+    >>> decode_column(key_columns(x, True, "exact")[0][0].astype(np.uint64), x.dtype, True)
+    array([-3,  7,  0], dtype=int16)
+    """
+    okey = order_dtype(dtype, "exact")
+    unsigned = np.dtype(f"u{okey.itemsize}")
+    column = column.astype(unsigned)
+    if okey.kind == "i":
+        column = (column ^ unsigned.type(1 << (8 * okey.itemsize - 1))).view(okey)
+    return decode(column, dtype, descending, "exact")
+
+
+def key_widths(dtype: Any, descending: bool) -> list[int]:
+    """The bit widths of :func:`key_columns`' columns for keys of ``dtype``.
+
+    Examples
+    --------
+    >>> key_widths(np.bool_, False), key_widths(np.float32, True), key_widths(np.complex64, False)
+    ([1], [32], [2, 32, 32])
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind == "c":
+        part = 4 * dtype.itemsize  # half the width, in bits
+        return [2, part, part]
+    if dtype.kind == "b" and not descending:  # False, True: 0 and 1 (descending flips all eight bits)
+        return [1]
+    return [8 * order_dtype(dtype).itemsize]
 
 
 def complex_columns(keys: Any, descending: bool) -> tuple[list, list[int]]:

@@ -24,7 +24,11 @@ Pair = tuple[Any, Any]
 class Backend(Protocol):
     """What the graph needs from a backend.
 
-    All arrays are 1-D.  ``values`` may be ``None`` (keys only).  Inputs are
+    Arrays are 1-D, but for composite order keys past 64 bits, which are
+    ``(n, words)`` uint64 rows compared lexicographically
+    (:mod:`gpusort.composite`), and values that are ``(n, bytes)`` uint8
+    records (several arrays carried together).  ``values`` may be ``None``
+    (keys only).  Inputs are
     never modified.  Arrays come back in the memory space they came from: a
     NumPy chunk handed to the CuPy backend is staged to the GPU and returned
     as NumPy (the out-of-core path).

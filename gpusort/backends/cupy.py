@@ -133,6 +133,8 @@ class CupyBackend:
         return _backend(gpu_memory_budget)
 
     def sort_run(self, keys: Any, values: Any = None) -> Pair:
+        if keys.ndim == 2 or values is not None and values.ndim == 2:
+            return _sort_wide(keys, values)
         if isinstance(keys, np.ndarray):
             with cupy.cuda.Device(thread_device()):
                 return _host_sort(keys, values, gpu_memory(self.gpu_memory_budget))
@@ -146,6 +148,8 @@ class CupyBackend:
         keys_only = runs[0][1] is None
         if any((values is None) != keys_only for _, values in runs):
             raise TypeError("runs mix keys-only runs and (keys, values) runs: pass one kind")
+        if runs[0][0].ndim == 2 or not keys_only and runs[0][1].ndim == 2:
+            return _sort_wide(*_concatenate(runs))
         if on_host:
             with cupy.cuda.Device(thread_device()):
                 return _host_merge(runs, gpu_memory(self.gpu_memory_budget))
@@ -167,6 +171,30 @@ class CupyBackend:
 
 
 BACKEND = CupyBackend()
+
+
+def _sort_wide(keys: Any, values: Any) -> Pair:
+    """Composite keys past 64 bits, or values that are records: sorted by position, gathered once.
+
+    Host arrays take the NumPy backend's sort: the budgeted GPU steps of
+    the out-of-core path move 1-D keys and values only.
+    """
+    if isinstance(keys, np.ndarray):
+        from gpusort.backends.numpy import BACKEND as host
+
+        return host.sort_run(keys, values)
+    keys = _to_device(keys)
+    if keys.ndim == 2:  # the words, least significant first, as lexsort takes them
+        order = gpu.lexsort(keys.T[::-1])
+    else:
+        order = gpu.argsort(keys)
+    return keys[order], None if values is None else _to_device(values)[order]
+
+
+def _concatenate(runs: Sequence[Pair]) -> Pair:
+    xp = cupy if not isinstance(runs[0][0], np.ndarray) else np
+    keys = xp.concatenate([k for k, _ in runs])
+    return keys, None if runs[0][1] is None else xp.concatenate([v for _, v in runs])
 
 
 @functools.cache

@@ -7,12 +7,16 @@ from typing import Any, Literal, Sequence
 import numpy as np
 
 from gpusort.backends import Pair
+from gpusort.composite import argsort_rows
 
 
 class NumpyBackend:
     name = "numpy"
 
     def sort_run(self, keys: np.ndarray, values: np.ndarray | None = None) -> Pair:
+        if keys.ndim == 2:  # composite keys past 64 bits: rows compared word by word
+            order = argsort_rows(keys)
+            return keys[order], None if values is None else values[order]
         if values is None:
             # Keys alone have no order among equals to keep, so the fastest
             # sort serves; NaN lands last either way.  That is the SIMD

@@ -1,0 +1,249 @@
+"""Sorting an N-D Dask array along one axis: every row on its own, in three shapes of graph.
+
+With the sort axis moved last, a *row* is a 1-D slice along it and a
+*block-row* the blocks that share their chunk indices off the axis.
+
+``within``  The axis lies in one chunk: each block sorts its rows (a
+            segmented sort: ``np.sort(axis=-1)`` on order keys, or
+            :func:`gpusort.gpu.sort` with ``axis=-1``).  One task per block.
+``gather``  The axis spans chunks but a row is small (at most
+            :data:`ROW_BLOCKS` input blocks): Dask's rechunk gathers whole rows
+            into blocks of about the input's block size, they sort ``within``,
+            and a rechunk puts the input's chunks back.  Cutting the rows into
+            groups is already an exact, balanced split: row ``r`` of every
+            block is a known range, so no splitter search is needed.
+``corank``  Rows longer than that: each block-row is sorted as one 1-D
+            sort of composite keys ``(row, key)`` (:mod:`gpusort.multikey`),
+            the exact co-rank splitters cutting every row at the output
+            chunks' edges; a last task per output block takes its rows'
+            slices of the merged block-row.  The graph stays ``O(blocks)``
+            whatever the number of rows.
+
+Sorts by several keys (``lexsort``) and complex keys take the same three
+shapes, with positions (or the keys) carried where the keys cannot be
+decoded from their order keys.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+from dask.highlevelgraph import HighLevelGraph
+
+from gpusort import composite, multikey, order
+from gpusort.backends import namespace
+
+#: Rows up to this many input blocks long are gathered whole by a rechunk.
+ROW_BLOCKS = 4
+
+
+def sort_along(keys: Sequence[da.Array], axis: int, *, descending: bool, positions: bool,
+               backend: Any) -> da.Array:
+    """``keys`` (primary first, one shape and chunking) sorted along ``axis``: the keys, or int64 positions.
+
+    Without ``positions`` there is one key array and the result holds its
+    elements sorted along the axis (the input's bits); with ``positions``,
+    ``np.argsort(kind="stable")``'s positions along the axis (``np.lexsort``'s
+    for several keys, given primary first).
+    """
+    moved = [da.moveaxis(k, axis, -1) for k in keys]
+    x = moved[0]
+    length, nchunks = x.shape[-1], x.numblocks[-1]
+    if nchunks == 1 or x.size == 0:
+        out = _within(moved, descending, positions, backend)
+    else:
+        block_elements = x.size / math.prod(x.numblocks)
+        if length <= ROW_BLOCKS * block_elements:
+            out = _gather(moved, descending, positions, backend, block_elements)
+        else:
+            out = _corank(moved, descending, positions, backend)
+    return da.moveaxis(out, -1, axis)
+
+
+def _within(keys, descending, positions, backend):
+    dtype = np.dtype(np.int64) if positions else keys[0].dtype
+    return da.map_blocks(sort_rows, descending, positions, backend, *keys, dtype=dtype)
+
+
+def _gather(keys, descending, positions, backend, block_elements):
+    x = keys[0]
+    itemsize = sum(k.dtype.itemsize for k in keys)
+    limit = max(block_elements, x.shape[-1]) * itemsize
+    target = {x.ndim - 1: -1, **{d: "auto" for d in range(x.ndim - 1)}}
+    whole = [k.rechunk(target, block_size_limit=limit) for k in keys]
+    return _within(whole, descending, positions, backend).rechunk(x.chunks)
+
+
+def sort_rows(descending: bool, positions: bool, backend: Any, *blocks: Any) -> Any:
+    """Every row (last axis) of aligned key blocks sorted: the keys, or int64 positions along the row.
+
+    Host blocks on the CuPy backend sort on the GPU and come back to the host.
+    """
+    on_host = isinstance(blocks[0], np.ndarray)
+    name = getattr(backend, "name", backend)
+    if name == "cupy":
+        import cupy
+
+        blocks = tuple(cupy.asarray(b) for b in blocks)
+    out = _sort_rows(namespace(blocks[0]), descending, positions, blocks)
+    return out.get() if on_host and not isinstance(out, np.ndarray) else out
+
+
+def _sort_rows(xp, descending, positions, blocks):
+    first = blocks[0]
+    if not positions and len(blocks) == 1 and first.dtype.kind != "c":
+        # Keys whose exact order keys decode back: sort those, bits and all.
+        okeys = order.encode(first, descending, "exact")
+        return order.decode(_sort_last(xp, okeys), first.dtype, descending, "exact")
+    columns = [c for b in blocks for c in order.key_columns(b, descending, "tied")[0]]
+    index = _lexsort_last(xp, columns[::-1])
+    return index if positions else xp.take_along_axis(first, index, axis=-1)
+
+
+def _sort_last(xp, okeys):
+    if xp is np:
+        return np.sort(okeys, axis=-1)
+    import gpusort.gpu
+
+    return gpusort.gpu.sort(okeys, axis=-1)
+
+
+def _lexsort_last(xp, columns):
+    """Stable int64 positions along the last axis, last column primary (``np.lexsort``'s convention)."""
+    if xp is np:
+        return np.lexsort(columns, axis=-1).astype(np.int64, copy=False)
+    import gpusort.gpu
+
+    return gpusort.gpu.lexsort(columns, axis=-1)
+
+
+def _corank(keys, descending, positions, backend):
+    x = keys[0]
+    nchunks = x.numblocks[-1]
+    axis_chunks = x.chunks[-1]
+    starts = np.concatenate(([0], np.cumsum(axis_chunks))).tolist()
+    length = x.shape[-1]
+    decodable = not positions and len(keys) == 1 and x.dtype.kind != "c"
+    out_dtype = np.dtype(np.int64) if positions else x.dtype
+    token = tokenize(*keys, descending, positions, backend)
+    out_name = "rows-" + token
+    key_blocks = [_blocks(k) for k in keys]
+    graphs, dsk = [], {}
+    for row_index in np.ndindex(*x.numblocks[:-1]):
+        row_shape = tuple(x.chunks[d][i] for d, i in enumerate(row_index))
+        nrows = math.prod(row_shape)
+        layout = multikey.layout_of([k.dtype for k in keys], descending, composite.row_bits(nrows))
+        okeys, values = _block_row(token, row_index, key_blocks, keys, layout, nrows, axis_chunks, starts,
+                                   descending, positions, decodable)
+        merge_chunk = max(1, -(-nrows * length // nchunks))
+        merged_keys, merged_values = multikey.sort(okeys, values, positions=False, chunk=merge_chunk,
+                                                   backend=backend)
+        source = merged_keys if decodable else merged_values
+        graphs.append(source)
+        sources = [(source.name, t) for t in range(source.numblocks[0])]
+        for j in range(nchunks):
+            a, b = starts[j], starts[j + 1]
+            needed = _pieces(nrows, length, a, b, merge_chunk)
+            used = sorted({t for row in needed for t, _, _ in row}) or [0]  # an empty block: any chunk's type
+            dsk[(out_name, *row_index, j)] = (
+                _take_rows, layout if decodable else None, x.dtype, descending, row_shape + (b - a,), needed,
+                used, *[sources[t] for t in used])
+    graph = HighLevelGraph.merge(HighLevelGraph({out_name: dsk}, {out_name: {g.name for g in graphs}}),
+                                 *[g.dask for g in graphs])
+    return da.Array(graph, out_name, x.chunks, meta=_meta(x, out_dtype))
+
+
+def _blocks(x: da.Array) -> np.ndarray:
+    """The keys of ``x``'s blocks as an object array shaped like its block grid."""
+    out = np.empty(x.numblocks, dtype=object)
+    for index in np.ndindex(*x.numblocks):
+        out[index] = (x.name, *index)
+    return out
+
+
+def _block_row(token, row_index, key_blocks, keys, layout, nrows, axis_chunks, starts, descending, positions,
+               decodable):
+    """One block-row as 1-D composite keys ``(row, key…)`` and the values to carry, one chunk per block."""
+    name = f"rowkeys-{token}-" + "-".join(map(str, row_index))
+    vname = f"rowvalues-{token}-" + "-".join(map(str, row_index))
+    dsk, vdsk = {}, {}
+    wide = layout.words > 1
+    for k in range(len(axis_chunks)):
+        blocks = [kb[row_index + (k,)] for kb in key_blocks]
+        dsk[(name, k, 0) if wide else (name, k)] = (_pack_rows, layout, descending, *blocks)
+        if positions:
+            vdsk[(vname, k)] = (_row_positions, blocks[0], starts[k])
+        elif not decodable:
+            vdsk[(vname, k)] = (_ravel, blocks[0])
+    sizes = tuple(nrows * c for c in axis_chunks)
+    meta = keys[0]._meta
+    chunks = (sizes, (layout.words,)) if wide else (sizes,)
+    okeys = da.Array(HighLevelGraph.from_collections(name, dsk, dependencies=keys), name, chunks,
+                     meta=_meta(meta, layout.dtype, len(chunks)))
+    if not vdsk:
+        return okeys, None
+    vdtype = np.dtype(np.int64) if positions else keys[0].dtype
+    values = da.Array(HighLevelGraph.from_collections(vname, vdsk, dependencies=keys), vname, (sizes,),
+                      meta=_meta(meta, vdtype, 1))
+    return okeys, values
+
+
+def _meta(like: Any, dtype: np.dtype, ndim: int | None = None) -> Any:
+    from dask.array.utils import meta_from_array
+
+    return meta_from_array(like, ndim=like.ndim if ndim is None else ndim, dtype=dtype)
+
+
+def _pack_rows(layout: composite.Layout, descending: bool, *blocks: Any) -> Any:
+    """Composite keys of one block, row-major: the row number within the block-row, then the keys."""
+    first = blocks[0]
+    xp = namespace(first)
+    nrows = math.prod(first.shape[:-1])
+    rows = xp.repeat(xp.arange(nrows, dtype=np.uint64), first.shape[-1])
+    return multikey.pack(layout, descending, *blocks, rows=rows)
+
+
+def _row_positions(block: Any, start: int) -> Any:
+    xp = namespace(block)
+    nrows = math.prod(block.shape[:-1])
+    return xp.tile(xp.arange(start, start + block.shape[-1], dtype=np.int64), nrows)
+
+
+def _ravel(block: Any) -> Any:
+    return block.ravel()
+
+
+def _pieces(nrows: int, length: int, a: int, b: int, chunk: int) -> list[list[tuple[int, int, int]]]:
+    """For every row, the merged chunks and ranges in them that hold its elements ``a … b-1``.
+
+    Examples
+    --------
+    >>> _pieces(2, 10, 3, 7, 6)   # row 0: ranks 3..6, in chunks 0 and 1; row 1: ranks 13..16, in chunk 2
+    [[(0, 3, 6), (1, 0, 1)], [(2, 1, 5)]]
+    """
+    out = []
+    for r in range(nrows):
+        lo, hi = r * length + a, r * length + b
+        row = []
+        while lo < hi:
+            t = lo // chunk
+            end = min(hi, (t + 1) * chunk)
+            row.append((t, lo - t * chunk, end - t * chunk))
+            lo = end
+        out.append(row)
+    return out
+
+
+def _take_rows(layout: composite.Layout | None, dtype: np.dtype, descending: bool, shape: tuple, needed: list,
+               used: list, *chunks: Any) -> Any:
+    """One output block from its rows' slices of the merged block-row; composite keys decoded if ``layout``."""
+    where = dict(zip(used, chunks))
+    parts = [where[t][lo:hi] for row in needed for t, lo, hi in row] or [chunks[0][:0]]
+    flat = namespace(parts[0]).concatenate(parts)
+    if layout is not None:
+        flat = order.decode_column(layout.unpack(flat, 1), dtype, descending)
+    return flat.reshape(shape)
