@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 
-import dask.array as da
 import numpy as np
 from distributed import wait
 from harness import Case, cluster, dask_keys, parse_args, run

@@ -3,7 +3,12 @@
 Cases (n = 2**log2_n, 2**28 by default): sort int32, int64 and float64 of n
 keys; argsort int32 of n/2 keys; merge two sorted int32 arrays of n/2 each
 (peer: a device-to-device copy of the same bytes); merge_runs of 16 sorted
-int64 runs, n keys in all (peer: cupy.sort of their concatenation).  Every
+int64 runs, n keys in all (peer: cupy.sort of their concatenation).  Along
+an axis (gpusort.gpu as cupy.sort's stand-in; CuPy's N-D sorts are thrust
+comparison sorts of (row, key) tuples): sort_rows and argsort_rows of
+(2**(log2_n/2), 2**(log2_n/2)) float32 along the last axis (the segmented
+sort, long rows), sort_short_rows of (n/256, 256) float32 (composite keys),
+and lexsort of two int32 keys of n/4.  ``--ops`` picks cases by op.  Every
 repetition gets fresh random keys; every output is checked against the peer.
 Prints the kernels' version and tuning table, the harness table (ratio: the
 CuPy peer's time over the case's) and the issue's goals.
@@ -25,17 +30,29 @@ GOALS = [  # (op, dtype, unit, goal), read off the summary
     ("argsort", "int32", "Gkeys/s", 10.0),
     ("merge", "int32", "TB/s", 1.5),
     ("merge_runs", "int64", "x cupy", 2.0),
+    ("sort_rows", "float32", "x cupy", 0.8),
 ]
+OPS = ("sort", "argsort", "merge", "merge_runs", "sort_rows", "argsort_rows", "sort_short_rows", "lexsort")
 
 
 def random_keys(n: int, dtype: str, seed: int):
     import cupy
 
     rs = cupy.random.RandomState(seed)
-    if dtype == "float64":
-        return rs.standard_normal(n)
+    if dtype in ("float32", "float64"):
+        return rs.standard_normal(n, dtype=dtype)
     words = rs.randint(-(2**31), 2**31 - 1, size=n * (2 if dtype == "int64" else 1), dtype=np.int32)
     return words.view(dtype)
+
+
+def same(expected):
+    """A check: the output (CuPy, or anything cupy.asarray takes) equals ``expected(inputs)``."""
+    import cupy
+
+    def check(inputs, output):
+        assert bool(cupy.array_equal(cupy.asarray(output), expected(inputs))), "result differs"
+
+    return check
 
 
 def cases(log2_n: int) -> list[Case]:
@@ -50,12 +67,6 @@ def cases(log2_n: int) -> list[Case]:
         import torch
 
         return torch.from_dlpack(x)
-
-    def same(expected):
-        def check(inputs, output):
-            assert bool(cupy.array_equal(cupy.asarray(output), expected(inputs))), "result differs"
-
-        return check
 
     for dtype in ("int32", "int64", "float64"):
         params = {"op": "sort", "n": n, "dtype": dtype}
@@ -98,6 +109,50 @@ def cases(log2_n: int) -> list[Case]:
     out += [
         Case("gpusort", setup, gpu.merge_runs, check, n, params, "gpu"),
         Case("cupy", setup, lambda rs: cupy.sort(cupy.concatenate(rs)), check, n, params, "gpu"),
+    ]
+    return out + axis_cases(log2_n)
+
+
+def axis_cases(log2_n: int) -> list[Case]:
+    """gpusort.gpu's sort, argsort and lexsort along an axis against CuPy's, on the same keys."""
+    import cupy
+
+    import gpusort.gpu as gpu
+
+    def stable_positions(x, positions):
+        """The positions gather the sorted rows, and increase within ties: the stable argsort, nothing else."""
+        keys = cupy.take_along_axis(x, positions, axis=-1)
+        assert bool(cupy.array_equal(keys, cupy.sort(x, axis=-1))), "positions do not sort the rows"
+        ties = keys[:, 1:] == keys[:, :-1]
+        assert not bool(cupy.any(ties & (positions[:, 1:] <= positions[:, :-1]))), "ties out of input order"
+
+    out: list[Case] = []
+    half = log2_n // 2
+    rows = [("sort_rows", (2**half, 2**(log2_n - half))),
+            ("sort_short_rows", (2**(log2_n - 8), 2**8))]  # fmt: skip
+    for op, shape in rows:
+        params = {"op": op, "n": shape[0] * shape[1], "dtype": "float32", "shape": f"{shape[0]}x{shape[1]}"}
+        setup = lambda rep, shape=shape: random_keys(shape[0] * shape[1], "float32", rep).reshape(shape)
+        check = same(lambda x: cupy.sort(x, axis=-1))
+        out += [
+            Case("gpusort", setup, lambda x: gpu.sort(x, axis=-1), check, params["n"], params, "gpu"),
+            Case("cupy", setup, lambda x: cupy.sort(x, axis=-1), check, params["n"], params, "gpu"),
+        ]
+    shape = rows[0][1]
+    params = {"op": "argsort_rows", "n": shape[0] * shape[1], "dtype": "float32", "shape": f"{shape[0]}x{shape[1]}"}
+    setup = lambda rep: random_keys(shape[0] * shape[1], "float32", rep).reshape(shape)
+    out += [
+        Case("gpusort", setup, lambda x: gpu.argsort(x, axis=-1), stable_positions, params["n"], params, "gpu"),
+        Case("cupy", setup, lambda x: cupy.argsort(x, axis=-1), stable_positions, params["n"], params, "gpu"),
+    ]  # fmt: skip
+
+    m = 2 ** (log2_n - 2)
+    params = {"op": "lexsort", "n": m, "dtype": "int32", "keys": 2}
+    setup = lambda rep: random_keys(2 * m, "int32", rep).reshape(2, m)  # row 1 is the primary key
+    check = same(cupy.lexsort)  # no tie on both keys in practice: the positions must agree
+    out += [
+        Case("gpusort", setup, gpu.lexsort, check, m, params, "gpu"),
+        Case("cupy", setup, cupy.lexsort, check, m, params, "gpu"),
     ]
     return out
 
@@ -177,16 +232,24 @@ def print_breakdown(log2_n: int, repeat: int) -> None:
 
 
 def main(argv=None) -> int:
-    args = parse_args(
-        __doc__, argv, lambda p: p.add_argument("--log2-n", type=int, default=28,
-                                                help="log2 of the sort size (default: %(default)s)"),
-    )  # fmt: skip
+    def options(p):
+        p.add_argument("--log2-n", type=int, default=28, help="log2 of the sort size (default: %(default)s)")
+        p.add_argument("--ops", type=lambda text: text.split(","), default=list(OPS),
+                       help=f"comma-separated ops to time, of {','.join(OPS)} (default: all)")
+
+    args = parse_args(__doc__, argv, options)
+    unknown = set(args.ops) - set(OPS)
+    if unknown:
+        print(f"--ops: unknown {','.join(sorted(unknown))}; choose from {','.join(OPS)}", file=sys.stderr)
+        return 2
     print_kernels()
-    status = run("kernels", args, cases(args.log2_n), baseline="cupy")
+    chosen = [c for c in cases(args.log2_n) if c.params["op"] in args.ops]
+    status = run("kernels", args, chosen, baseline="cupy")
     written = sorted(args.out.glob("kernels-*.json"), key=lambda p: p.stat().st_mtime)
     if written:
         print_goals(written[-1])
-    print_breakdown(args.log2_n, args.repeat)
+    if "sort" in args.ops:
+        print_breakdown(args.log2_n, args.repeat)
     return status
 
 

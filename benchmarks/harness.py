@@ -168,6 +168,8 @@ def parse_args(
     parser.add_argument("--repeat", type=_positive, default=5, help="timed repetitions per case (default: %(default)s)")
     parser.add_argument("--warmup", type=_non_negative, default=1, help="untimed repetitions first (default: %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    parser.add_argument("--only", nargs="+", metavar="TEXT",
+                        help="run only the cases whose names contain one of these (default: every case)")
     if cluster:
         runtime.add_options(parser)
         parser.set_defaults(threads=1)  # a worker per core, as the peers get
@@ -372,7 +374,10 @@ def run_cases(name: str, args: argparse.Namespace, cases: Sequence[Case],
     """
     rows: list[dict] = []
     summary: list[dict] = []
+    wanted = getattr(args, "only", None)
     for case in cases:
+        if wanted and not any(text in case.name for text in wanted):
+            continue
         head = {"case": case.name, "params": dict(case.params)}
         reason = skip_reason(case)
         if reason is not None:

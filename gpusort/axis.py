@@ -245,5 +245,5 @@ def _take_rows(layout: composite.Layout | None, dtype: np.dtype, descending: boo
     parts = [where[t][lo:hi] for row in needed for t, lo, hi in row] or [chunks[0][:0]]
     flat = namespace(parts[0]).concatenate(parts)
     if layout is not None:
-        flat = order.decode_column(layout.unpack(flat, 1), dtype, descending)
+        flat = order.decode_column(layout.unpack(flat, 1), dtype, descending, "exact")
     return flat.reshape(shape)

@@ -1,14 +1,41 @@
 """Sorting and merging CuPy arrays on one GPU with gpusort's own mergesort kernels.
 
-Every function takes 1-D CuPy arrays, returns new CuPy arrays and never
-modifies its inputs.  Results follow NumPy: ascending order is ``np.sort``'s
-(NaN last, ``-0.0`` tied with ``0.0``), sorts and merges are stable, and
-descending order is the reverse of ascending except that NaN stays last and
-ties still keep their input order.
+:func:`sort`, :func:`argsort` and :func:`lexsort` stand in for
+``cupy.sort``, ``cupy.argsort`` and ``cupy.lexsort`` (NumPy's signatures,
+any shape and axis, complex keys); :func:`sort_pairs`, :func:`merge` and
+:func:`merge_runs` take 1-D arrays.  Every function returns new CuPy arrays
+and never modifies its inputs.  Results follow NumPy: ascending order is
+``np.sort``'s (NaN last, ``-0.0`` tied with ``0.0``, complex numbers by real
+part then imaginary part with NaN parts last), sorts and merges are stable,
+and descending order is the reverse of ascending except that NaN stays last
+and ties still keep their input order.
 
-Keys may be bool, int8-64, uint8-64 or float16/32/64.  Values may be of any
-dtype: values of 1, 2, 4 or 8 bytes move with their keys through the
-kernels; wider ones are gathered afterwards through the keys' positions.
+Keys may be bool, int8-64, uint8-64 or float16/32/64, and complex64/128 in
+sort, argsort and lexsort.  Values may be of any dtype: values of 1, 2, 4 or
+8 bytes move with their keys through the kernels; wider ones are gathered
+afterwards through the keys' positions.
+
+How an N-D sort runs.  The sort axis is moved last and the array made
+contiguous rows, ``(R, L)``; then, by what moves the fewest bytes:
+
+* **Segmented** (one row, or rows padded by at most 2x): each row is padded
+  to ``S = NV * 2**m`` keys (:func:`gpusort.kernels.segment_length`, ``NV``
+  the blocksort tile) with a key that sorts after every real one, and one
+  :func:`gpusort.kernels.mergesort` with ``segment=S`` sorts all rows at
+  once in ``1 + log2(S / NV)`` passes over the data, the passes a 1-D sort
+  of one row takes.  A (2**14, 2**14) float32 sort is a blocksort and one
+  merge pass.
+* **Composite keys** (rows shorter than ``NV / 2``, which padding would
+  more than double, and complex keys): the row number, then the key's order
+  key (:func:`gpusort.order.key_columns`), packed into one unsigned integer
+  (:class:`gpusort.composite.Layout`) and sorted 1-D: ``log2(R * L / NV)``
+  passes over the data itself, however short the rows.  Past 64 bits
+  (64-bit keys of many rows, complex keys, lexsort) the packed words are
+  sorted least significant first (LSD), each a stable sort carrying the
+  positions.  ``sort`` of complex keys gathers the input through the
+  positions, so it returns the input's exact bits.
+
+The comment above ``_sort_rows`` weighs the two paths.
 
 >>> import cupy, gpusort.gpu
 >>> gpusort.gpu.sort(cupy.array([3.0, float("nan"), -1.0, 2.0]))
@@ -17,11 +44,13 @@ array([-1.,  2.,  3., nan])
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+import math
+import operator
+from typing import Callable, Sequence, Union
 
 import numpy as np
 
-from gpusort import kernels
+from gpusort import composite, kernels, order
 
 try:
     import cupy
@@ -34,44 +63,111 @@ except ImportError as exc:  # pragma: no cover - depends on the machine
 Run = Union["cupy.ndarray", tuple["cupy.ndarray", "cupy.ndarray"]]
 
 _SUPPORTED = "bool, int8-64, uint8-64 and float16/32/64"
+_COMPLEX = (np.dtype(np.complex64), np.dtype(np.complex128))
+#: NumPy's names for its sort algorithms; every one means our stable merge sort.
+_KINDS = ("quicksort", "mergesort", "heapsort", "stable")
 
 
-def sort(keys: cupy.ndarray, *, descending: bool = False) -> cupy.ndarray:
-    """A sorted copy of ``keys``.
+def sort(a: cupy.ndarray, axis: int | None = -1, kind: str | None = None, *,
+         descending: bool = False, stable: bool | None = None) -> cupy.ndarray:
+    """A sorted copy of ``a`` along ``axis``, as ``numpy.sort``.
 
     Parameters
     ----------
-    keys : cupy.ndarray
-        1-D array of bool, int8-64, uint8-64 or float16/32/64.
+    a : cupy.ndarray
+        Keys of bool, int8-64, uint8-64, float16/32/64 or complex64/128, any shape.
+    axis : int or None
+        The axis to sort along (negative counts from the last); ``None``
+        sorts the flattened array.
+    kind : {None, 'quicksort', 'mergesort', 'heapsort', 'stable'}
+        Accepted for NumPy's sake: the sort is always gpusort's stable merge sort.
     descending : bool
         Largest first; NaN stays last.
+    stable : bool or None
+        Accepted for NumPy's sake (the sort is stable either way); not with ``kind``.
 
     Returns
     -------
     cupy.ndarray
-        The keys in order, same dtype.
+        The keys in order: ``a``'s dtype, ``a``'s shape (1-D for ``axis=None``).
+        The elements are ``a``'s, bit for bit (NaN payloads, the sign of zero).
 
     Examples
     --------
     >>> gpusort.gpu.sort(cupy.array([2, 7, 1]), descending=True)
     array([7, 2, 1])
+    >>> gpusort.gpu.sort(cupy.array([[3, 1, 2], [0, 5, 4]]), axis=0)
+    array([[0, 1, 2],
+           [3, 5, 4]])
     """
-    k = _keys(keys, "keys")
-    return kernels.mergesort(k, descending=descending)[0].view(keys.dtype)
+    _check_kind(kind, stable)
+    _check_keys(a, "a", complex_ok=True)
+    rows, restore = _rows(a, _axis(axis, a.ndim))
+    if a.dtype in _COMPLEX:
+        # Tied complex order keys (both zeros, every NaN) are not invertible:
+        # gather the input's own elements through the stable positions.
+        return restore(cupy.take_along_axis(rows, _argsort_rows([rows], descending), axis=1))
+    return restore(_sort_rows(rows, descending))
 
 
-def argsort(keys: cupy.ndarray, *, descending: bool = False) -> cupy.ndarray:
-    """The int64 positions that sort ``keys``, stable: ties keep their input order.
+def argsort(a: cupy.ndarray, axis: int | None = -1, kind: str | None = None, *,
+            descending: bool = False, stable: bool | None = None) -> cupy.ndarray:
+    """The int64 positions along ``axis`` that sort ``a``, stable: ties keep their input order.
 
-    Equals ``np.argsort(keys, kind="stable")`` when ascending.
+    Equals ``np.argsort(a, axis, kind="stable")`` when ascending.  Parameters
+    as for :func:`sort`; a 0-d ``a`` is argsorted as one element, as NumPy does.
 
     Examples
     --------
     >>> gpusort.gpu.argsort(cupy.array([3, 1, 3, 0]))
     array([3, 1, 0, 2])
+    >>> gpusort.gpu.argsort(cupy.array([1 + 2j, 1 - 1j, complex("nan"), -3j]))
+    array([3, 1, 0, 2])
     """
-    _, positions = kernels.mergesort(_keys(keys, "keys"), descending=descending, positions=True)
-    return positions.view(np.int64) if positions.itemsize == 8 else positions.astype(np.int64)
+    _check_kind(kind, stable)
+    _check_keys(a, "a", complex_ok=True)
+    if a.ndim == 0:
+        a = a.reshape(1)  # NumPy: argsort of a 0-d array is [0], whatever the axis
+    rows, restore = _rows(a, _axis(axis, a.ndim))
+    return restore(_argsort_rows([rows], descending))
+
+
+def lexsort(keys: cupy.ndarray | Sequence[cupy.ndarray], axis: int = -1, *,
+            descending: bool = False) -> cupy.ndarray:
+    """The int64 positions along ``axis`` that sort by several keys, the last key first, as ``numpy.lexsort``.
+
+    Stable: positions tied on every key keep their input order.
+
+    Parameters
+    ----------
+    keys : sequence of cupy.ndarray, or cupy.ndarray of 2 or more dimensions
+        Key arrays of one shape; dtypes may differ (bool, int8-64, uint8-64,
+        float16/32/64, complex64/128).  ``keys[-1]`` is the primary key,
+        ``keys[-2]`` breaks its ties, and so on.  An array's first axis
+        indexes the keys.
+    axis : int
+        The axis of the keys to sort along.
+    descending : bool
+        Every key largest first; NaN stays last.
+
+    Returns
+    -------
+    cupy.ndarray
+        int64 positions of the keys' shape.
+
+    Examples
+    --------
+    >>> surnames = cupy.array([3, 1, 3, 1])
+    >>> first_names = cupy.array([0.5, 2.0, -1.0, 2.0])
+    >>> gpusort.gpu.lexsort([first_names, surnames])
+    array([1, 3, 2, 0])
+    """
+    keys = _check_lexsort_keys(keys)
+    if keys[0].ndim == 0:
+        return cupy.zeros((), np.int64)  # NumPy: one position of one element
+    axis = _axis(axis, keys[0].ndim)
+    rows = [_rows(k, axis) for k in keys[::-1]]  # most significant first
+    return rows[0][1](_argsort_rows([r for r, _ in rows], descending))
 
 
 def sort_pairs(
@@ -196,29 +292,242 @@ def _merge_tree(keys_runs, values_runs, descending):
     return keys, values if gather is None else gather[values]
 
 
-def _keys(x, name: str) -> cupy.ndarray:
-    """``x`` as contiguous keys of a kernel key type, or a TypeError/ValueError saying the fix."""
+# --- sorting rows: (R, L) contiguous arrays, every row on its own ---------------------------
+#
+# Which path, by bytes moved (tile NV = NT * VT keys: 8704 for keys and
+# values of up to 4 bytes, 4352 for 8-byte ones on sm_90).  The blocksort
+# runs at about 0.7 TB/s (compute-bound) and a merge pass near the copy
+# bandwidth, 2.4 to 2.8 TB/s (benchmarks/NOTES.md).
+#
+# * Segmented, rows padded to S = segment_length(L, NV): 1 + log2(S / NV)
+#   passes over S / L times the data.  Past one tile S < 2L, so padding
+#   costs under 2x and the passes are a 1-D sort of one row's; from NV / 2 to
+#   NV keys a row is one tile, one blocksort over at most twice the data.
+# * Composite keys (row, key): log2(R * L / NV') passes over keys of 8 bytes
+#   or more (NV' = 4352): 16 passes for 2**28 keys, where the segmented
+#   sort of rows of 2**14 takes one.  Below L = NV / 2 the pad would be more
+#   than the data itself (rows of 256 padded to 8704 are 34x), so composite
+#   keys win there: their cost does not grow as rows get short.
+# The 2x bound is also the memory bound the segmented sort promises.
+
+
+def _sort_rows(rows: cupy.ndarray, descending: bool) -> cupy.ndarray:
+    """Each row of real ``(R, L)`` keys sorted, in new memory."""
+    count, length = rows.shape
+    if rows.size == 0 or length == 1:
+        return rows.copy()
+    keys = _kernel_keys(rows)
+    segment = _segment(count, length, keys.dtype, 0, descending)
+    if segment is not None:
+        return _segmented(keys, segment, descending, positions=False).view(rows.dtype)
+    if composite.row_bits(count) + 8 * rows.dtype.itemsize > composite.WORD:
+        # 64-bit keys of many rows: two words, sorted as positions, then a gather.
+        return cupy.take_along_axis(rows, _argsort_rows([rows], descending), axis=1)
+    # Composite keys of scheme "exact", a bijection: the sorted keys decode
+    # back to the input's bits, no positions needed.
+    layout, okeys = _pack([rows], descending, "exact")
+    out, _ = kernels.mergesort(okeys)
+    keys_out = layout.unpack(out, len(layout.widths) - 1)
+    return order.decode_column(keys_out, rows.dtype, descending, "exact").reshape(count, length)
+
+
+def _argsort_rows(keys: list[cupy.ndarray], descending: bool) -> cupy.ndarray:
+    """int64 positions within each row that sort ``(R, L)`` key arrays of one shape, most significant first."""
+    count, length = keys[0].shape
+    if keys[0].size == 0 or length == 1:
+        return cupy.zeros(keys[0].shape, np.int64)
+    if len(keys) == 1 and keys[0].dtype not in _COMPLEX:
+        kernel_keys = _kernel_keys(keys[0])
+        segment = _segment(count, length, kernel_keys.dtype, 4, descending)
+        if segment is not None:
+            return _segmented(kernel_keys, segment, descending, positions=True)
+    # Scheme "tied": both zeros and every NaN tie, and keep their input order.
+    layout, okeys = _pack(keys, descending, "tied")
+    if layout.words == 1:
+        _, positions = kernels.mergesort(okeys, positions=True)
+    else:
+        positions = _lsd_argsort(okeys, layout)
+    return _row_positions(positions, count, length, length)
+
+
+def _segment(count: int, length: int, dtype: np.dtype, value_size: int, descending: bool) -> int | None:
+    """The padded row length of a segmented sort of ``count`` rows, or ``None`` where composite keys do better.
+
+    One row is its own segment and needs no pad.  ``value_size`` 4 is an
+    argsort: its tile is the one for uint32 positions, which the sort makes
+    only for fewer than 2**32 padded keys; past that, composite keys.
+    """
+    if count == 1:
+        return length
+    segment = kernels.segment_length(length, kernels.kernels(dtype, value_size, descending).nv)
+    if segment > 2 * length or (value_size and count * segment >= 2**32):
+        return None
+    return segment
+
+
+def _segmented(keys: cupy.ndarray, segment: int, descending: bool, positions: bool):
+    """Every row of ``(R, L)`` kernel keys sorted on its own by one segmented mergesort.
+
+    Rows are padded to ``segment`` keys with :func:`gpusort.kernels.last_key`
+    (NaN, or the integer that sorts last): the stable sort leaves the pads
+    after the row's real keys, so each sorted row's first ``L`` keys are the
+    row's.  Returns the ``(R, L)`` sorted keys, or with ``positions`` their
+    int64 positions within the row.
+    """
+    count, length = keys.shape
+    if segment > length:
+        padded = cupy.empty((count, segment), keys.dtype)
+        padded[:, length:] = kernels.last_key(keys.dtype, descending)  # one strided fill of the pads
+        padded[:, :length] = keys
+        keys = padded  # ours: the sort may use its memory as a ping-pong buffer
+    out, pos = kernels.mergesort(keys.ravel(), descending=descending, positions=positions,
+                                 overwrite_input=segment > length,
+                                 segment=None if count == 1 else segment)
+    if positions:
+        return _row_positions(pos, count, segment, length)
+    return cupy.ascontiguousarray(out.reshape(count, segment)[:, :length])
+
+
+def _row_positions(positions: cupy.ndarray, count: int, width: int, length: int) -> cupy.ndarray:
+    """``(count, length)`` int64 positions within each row, from the flat positions of a sort of ``(count, width)`` rows."""
+    if positions.itemsize == 8:
+        positions = positions.view(np.int64)  # uint64 minus int64 would promote to float64
+    starts = cupy.arange(0, count * width, width, dtype=np.int64)[:, None]
+    return positions.reshape(count, width)[:, :length] - starts  # one kernel: slice, widen, subtract
+
+
+def _pack(keys: list[cupy.ndarray], descending: bool, scheme: order.Scheme):
+    """The composite order keys of ``(R, L)`` key arrays: the row number (when R > 1), then each key's columns.
+
+    Returns the :class:`gpusort.composite.Layout` and the packed keys (1-D,
+    or ``(R * L, words)`` uint64 past 64 bits).
+    """
+    count, length = keys[0].shape
+    columns, widths = [], []
+    if count > 1:
+        columns.append(cupy.arange(count * length, dtype=np.int64) // length)
+        widths.append(composite.row_bits(count))
+    for k in keys:
+        c, w = order.key_columns(k.ravel(), descending, scheme)
+        columns += c
+        widths += w
+    layout = composite.Layout(tuple(widths))
+    return layout, layout.pack(columns)
+
+
+def _lsd_argsort(okeys: cupy.ndarray, layout: composite.Layout) -> cupy.ndarray:
+    """Stable positions that sort ``(n, words)`` composite keys, least significant word first.
+
+    A stable argsort of the last word, then for each word before it a stable
+    sort of that word gathered through the positions, carrying them: after
+    the first word's sort, the positions sort the whole string (LSD radix
+    order, with a merge sort per digit).  The last word holds only the
+    string's tail, in its top bits: shifted down into the narrowest integer,
+    its sort moves fewer bytes and takes the larger tile.
+    """
+    tail_bits = layout.bits - composite.WORD * (layout.words - 1)
+    tail = composite.Layout((tail_bits,)).dtype
+    last = (okeys[:, -1] >> np.uint64(composite.WORD - tail_bits)).astype(tail)
+    _, positions = kernels.mergesort(last, positions=True)
+    for q in range(layout.words - 2, -1, -1):
+        _, positions = kernels.mergesort(okeys[:, q][positions], positions)
+    return positions
+
+
+def _rows(a: cupy.ndarray, axis: int | None) -> tuple[cupy.ndarray, Callable]:
+    """``a`` as contiguous ``(R, L)`` rows along ``axis`` (``None``: one row, flattened), and the map of ``(R, L)`` results back to ``a``'s shape."""
+    if axis is None:
+        return cupy.ascontiguousarray(a).reshape(1, a.size), lambda out: out.reshape(a.size)
+    moved = cupy.moveaxis(a, axis, -1)
+    rows = cupy.ascontiguousarray(moved).reshape(math.prod(moved.shape[:-1]), a.shape[axis])
+    return rows, lambda out: cupy.moveaxis(out.reshape(moved.shape), -1, axis)
+
+
+def _kernel_keys(x: cupy.ndarray) -> cupy.ndarray:
+    """Real keys as a kernel key type: bool travels as uint8 (False < True)."""
+    return x.view(np.uint8) if x.dtype == np.bool_ else x
+
+
+# --- checking user input ------------------------------------------------------------------
+
+
+def _axis(axis, ndim: int) -> int | None:
+    """``axis`` in ``[0, ndim)``, ``None`` as is, or NumPy's AxisError naming it and ``ndim``."""
+    if axis is None:
+        return None
+    try:
+        axis = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"axis must be an integer or None, not {type(axis).__name__}") from None
+    if not -ndim <= axis < ndim:
+        fix = "pass axis=None" if ndim == 0 else f"pass -{ndim} <= axis < {ndim}, or axis=None to flatten"
+        raise np.exceptions.AxisError(f"axis {axis} is out of bounds for array of dimension {ndim}: {fix}")
+    return axis % ndim
+
+
+def _check_kind(kind, stable) -> None:
+    if kind is not None and stable is not None:
+        raise ValueError("kind and stable cannot both be given (NumPy refuses them together too): "
+                         "pass one of them; gpusort's sort is stable either way")
+    if kind is not None and kind not in _KINDS:
+        raise ValueError(f"kind={kind!r} is not a sort kind: pass None or one of {', '.join(_KINDS)} "
+                         "(each runs gpusort's stable merge sort)")
+
+
+def _check_keys(x, name: str, complex_ok: bool = False) -> None:
+    """A TypeError naming ``name`` and the fix unless ``x`` is a CuPy array of a key dtype."""
+    _check_cupy(x, name)
+    dtype = np.dtype(np.uint8) if x.dtype == np.bool_ else x.dtype
+    if dtype not in kernels.KEY_TYPES and not (complex_ok and dtype in _COMPLEX):
+        supported = _SUPPORTED.replace(" and", ",") + " and complex64/128" if complex_ok else _SUPPORTED
+        raise TypeError(
+            f"{name} has dtype {x.dtype}, which gpusort.gpu cannot sort; key dtypes are "
+            f"{supported} (convert first, e.g. {name.split()[0]}.astype('float64'))"
+        )
+
+
+def _check_lexsort_keys(keys) -> list[cupy.ndarray]:
+    """lexsort's keys as a list of CuPy arrays of one shape, or the error that says the fix."""
+    if isinstance(keys, cupy.ndarray):
+        if keys.ndim < 2:
+            raise ValueError(
+                f"keys is a {keys.ndim}-D array; lexsort takes a sequence of key arrays or an array "
+                "whose first axis indexes the keys: pass [keys] (one key) or keys[None]"
+            )
+        keys = list(keys)
+    elif isinstance(keys, np.ndarray) or not isinstance(keys, Sequence):
+        kind = f"{type(keys).__module__}.{type(keys).__qualname__}"
+        raise TypeError(f"keys must be a sequence of cupy.ndarray or a cupy.ndarray, not {kind}: "
+                        "move the keys to the GPU first (cupy.asarray(keys))")
+    if not len(keys):
+        raise ValueError("keys is empty: lexsort needs at least one key array")
+    for i, k in enumerate(keys):
+        _check_keys(k, f"keys[{i}]", complex_ok=True)
+        if k.shape != keys[0].shape:
+            raise ValueError(f"keys[{i}] has shape {k.shape} but keys[0] has {keys[0].shape}: "
+                             "all keys must have one shape (broadcast them first)")
+    return list(keys)
+
+
+def _check_cupy(x, name: str) -> None:
     if not isinstance(x, cupy.ndarray):
         kind = f"{type(x).__module__}.{type(x).__qualname__}"
         raise TypeError(
             f"{name} must be a cupy.ndarray, not {kind}: move it to the GPU first "
             f"(cupy.asarray({name.split()[0]}))"
         )
+
+
+def _keys(x, name: str) -> cupy.ndarray:
+    """``x`` as contiguous 1-D keys of a kernel key type, or a TypeError/ValueError saying the fix."""
+    _check_keys(x, name)
     if x.ndim != 1:
         raise ValueError(f"{name} must be 1-D, not of shape {x.shape}: sort {name.split()[0]}.ravel()")
-    dtype = np.dtype(np.uint8) if x.dtype == np.bool_ else x.dtype
-    if dtype not in kernels.KEY_TYPES:
-        raise TypeError(
-            f"{name} has dtype {x.dtype}, which gpusort.gpu cannot sort; key dtypes are "
-            f"{_SUPPORTED} (convert first, e.g. {name.split()[0]}.astype('float64'))"
-        )
-    return cupy.ascontiguousarray(x).view(dtype)
+    return _kernel_keys(cupy.ascontiguousarray(x))
 
 
 def _values(x, name: str, size: int, keys_name: str) -> cupy.ndarray:
-    if not isinstance(x, cupy.ndarray):
-        kind = f"{type(x).__module__}.{type(x).__qualname__}"
-        raise TypeError(f"{name} must be a cupy.ndarray, not {kind}: move it to the GPU first")
+    _check_cupy(x, name)
     if x.ndim != 1:
         raise ValueError(f"{name} must be 1-D, not of shape {x.shape}")
     if x.size != size:

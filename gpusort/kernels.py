@@ -9,7 +9,10 @@ Three layers, as in Modern GPU and CUB:
   disk;
 * :data:`TUNING`, the (architecture, key size, value size) -> (NT, VT) table;
 * the host dispatchers :func:`mergesort` and :func:`merge`, which size the
-  buffers, run the passes and keep the ping-pong parity.
+  buffers, run the passes and keep the ping-pong parity.  ``mergesort``'s
+  ``segment=`` sorts many equal segments at once (the rows of an N-D sort,
+  padded by :mod:`gpusort.gpu` to :func:`segment_length` with
+  :func:`last_key`).
 
 The dispatchers take contiguous 1-D CuPy arrays of the kernels' own types
 (checking user input is :mod:`gpusort.gpu`'s job).  This module imports
@@ -210,8 +213,44 @@ def kernels(key: np.dtype, value_size: int, descending: bool) -> Kernels:
     return _load(cupy.cuda.Device().id, np.dtype(key), value_size, bool(descending))
 
 
+def segment_length(length: int, nv: int) -> int:
+    """The smallest ``nv * 2**m`` that holds ``length`` keys: the padded row of a segmented sort.
+
+    Segments of this length, laid end to end, are what :func:`mergesort`'s
+    ``segment=`` sorts: tiles of ``nv`` never cross one, and the merge passes
+    that pair runs of ``nv`` to ``segment / 2`` keys pair them only inside one.
+    Past one tile the pad is less than ``length`` (at most 2x the memory).
+
+    Examples
+    --------
+    >>> segment_length(16384, 8704), segment_length(8704, 8704), segment_length(100, 8704)
+    (17408, 8704, 8704)
+    """
+    tiles = max(1, -(-length // nv))
+    return nv << (tiles - 1).bit_length()
+
+
+def last_key(dtype: Any, descending: bool) -> Any:
+    """A key that sorts after every key of ``dtype`` in the kernels' order (``Order::last``, kernels/order.cuh).
+
+    NaN for floats (last in both directions); the largest integer ascending,
+    the smallest descending.  The sort is stable, so a real key equal to it
+    stays ahead of it: pads written after a row's keys stay at its end.
+
+    Examples
+    --------
+    >>> last_key(np.float32, True), last_key(np.int16, False), last_key(np.uint8, True)
+    (np.float32(nan), np.int16(32767), np.uint8(0))
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return dtype.type(np.nan)
+    info = np.iinfo(dtype)
+    return dtype.type(info.min if descending else info.max)
+
+
 def mergesort(keys, values=None, *, descending: bool = False, positions: bool = False,
-              overwrite_input: bool = False):
+              overwrite_input: bool = False, segment: int | None = None):
     """Stable sort of ``keys`` (and ``values`` with them) into new arrays.
 
     ``keys`` is a contiguous 1-D CuPy array of a :data:`KEY_TYPES` dtype;
@@ -225,6 +264,15 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
     of their two ping-pong buffers (the result may be the input arrays):
     the sort then holds two copies of the data, not three, which is what
     lets the out-of-core path keep two steps on a GPU at once.
+
+    ``segment`` (a :func:`segment_length`, ``nv * 2**m``, that divides the
+    length) sorts every ``segment`` consecutive keys on their own: the
+    blocksort's tiles never cross a segment and merge pass ``p`` pairs runs
+    of ``nv * 2**p`` keys that start at multiples of twice that
+    (kernels/merge_pass.cuh), so the passes that stay inside a segment are
+    exactly the first ``m``; the sort stops there instead of at
+    ``ceil(log2(n / nv))``.  Positions (``positions=True``) still count
+    from the start of ``keys``.
     """
     import cupy
 
@@ -237,7 +285,14 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
         values_dtype = None
     k = kernels(keys.dtype, values_dtype.itemsize if values_dtype else 0, descending)
     tiles = -(-n // k.nv)
-    passes = (tiles - 1).bit_length() if tiles else 0  # ceil(log2(tiles))
+    span = tiles  # tiles of one independent sort: all of them, or a segment's
+    if segment is not None:
+        span = segment // k.nv
+        if segment % k.nv or span & (span - 1) or n % segment:
+            raise ValueError(f"segment={segment} must be nv * 2**m (nv = {k.nv}) and divide the "
+                             f"{n} keys: pad the segments to segment_length(length, {k.nv})")
+        span = min(span, tiles)
+    passes = (span - 1).bit_length() if tiles else 0  # ceil(log2(span))
     # Ping-pong parity: every merge pass reads one buffer and writes the other,
     # so the blocksort writes buffer `passes % 2` and the last pass lands in
     # buffer 0, which is returned.

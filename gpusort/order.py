@@ -226,31 +226,24 @@ def key_columns(keys: Any, descending: bool, scheme: Scheme = "tied") -> tuple[l
     One column, :func:`encode`'s, for every real dtype; three for complex
     keys (:func:`complex_columns`).  :class:`gpusort.composite.Layout` packs
     them next to other columns.
+
+    Columns are unsigned, as a layout packs them: the signed order keys of
+    integers, datetime64 and timedelta64 have their sign bit flipped, which
+    maps two's complement order onto unsigned order.
+    :func:`decode_column` is the inverse for real dtypes.
+
+    Examples
+    --------
+    >>> columns, widths = key_columns(np.array([-5, 3, -128], np.int8), False)
+    >>> columns[0].tolist(), widths
+    ([123, 131, 0], [8])
     """
     if keys.dtype.kind == "c":
         return complex_columns(keys, descending)
     okeys = encode(keys, descending, scheme)
-    if okeys.dtype.kind == "i":  # signed order keys: flipping the sign bit makes them unsigned, in order
-        unsigned = np.dtype(f"u{okeys.dtype.itemsize}")
-        okeys = okeys.view(unsigned) ^ unsigned.type(1 << (8 * okeys.dtype.itemsize - 1))
+    if okeys.dtype.kind == "i":
+        okeys = okeys.view(f"u{okeys.dtype.itemsize}") ^ _sign_bit(okeys.dtype)
     return [okeys], key_widths(keys.dtype, descending)
-
-
-def decode_column(column: Any, dtype: Any, descending: bool) -> Any:
-    """Keys of ``dtype`` back from their :func:`key_columns` column of scheme ``"exact"`` (any unsigned type).
-
-    Examples
-    --------
-    >>> x = np.array([-3, 7, 0], np.int16)
-    >>> decode_column(key_columns(x, True, "exact")[0][0].astype(np.uint64), x.dtype, True)
-    array([-3,  7,  0], dtype=int16)
-    """
-    okey = order_dtype(dtype, "exact")
-    unsigned = np.dtype(f"u{okey.itemsize}")
-    column = column.astype(unsigned)
-    if okey.kind == "i":
-        column = (column ^ unsigned.type(1 << (8 * okey.itemsize - 1))).view(okey)
-    return decode(column, dtype, descending, "exact")
 
 
 def key_widths(dtype: Any, descending: bool) -> list[int]:
@@ -268,6 +261,27 @@ def key_widths(dtype: Any, descending: bool) -> list[int]:
     if dtype.kind == "b" and not descending:  # False, True: 0 and 1 (descending flips all eight bits)
         return [1]
     return [8 * order_dtype(dtype).itemsize]
+
+
+def decode_column(column: Any, dtype: Any, descending: bool, scheme: Scheme = "tied") -> Any:
+    """Keys of real ``dtype`` back from their :func:`key_columns` column, of any unsigned dtype that holds it.
+
+    Examples
+    --------
+    >>> x = np.array([-5, 3, -128], np.int8)
+    >>> decode_column(key_columns(x, True)[0][0].astype(np.uint64), x.dtype, True).tolist()
+    [-5, 3, -128]
+    """
+    odtype = order_dtype(dtype, scheme)
+    okeys = column.astype(f"u{odtype.itemsize}")
+    if odtype.kind == "i":
+        okeys = (okeys ^ _sign_bit(odtype)).view(odtype)
+    return decode(okeys, dtype, descending, scheme)
+
+
+def _sign_bit(dtype: np.dtype) -> Any:
+    """The sign bit of integers of ``dtype``'s width, as an unsigned scalar."""
+    return np.dtype(f"u{dtype.itemsize}").type(1 << (8 * dtype.itemsize - 1))
 
 
 def complex_columns(keys: Any, descending: bool) -> tuple[list, list[int]]:

@@ -250,8 +250,8 @@ def test_backend_merge_runs_and_searchsorted(rng):
     "call, error, words",
     [
         (lambda: gpu.sort(np.arange(3)), TypeError, "cupy.asarray"),
-        (lambda: gpu.sort(cupy.zeros((2, 2))), ValueError, "1-D"),
-        (lambda: gpu.sort(cupy.zeros(3, np.complex64)), TypeError, "complex64"),
+        (lambda: gpu.sort_pairs(cupy.zeros((2, 2)), cupy.zeros(4)), ValueError, "1-D"),
+        (lambda: gpu.merge(cupy.zeros(3, np.complex64), cupy.zeros(3, np.complex64)), TypeError, "complex64"),
         (lambda: gpu.sort_pairs(cupy.zeros(3), cupy.zeros(4)), ValueError, "one value per key"),
         (lambda: gpu.merge(cupy.zeros(3), cupy.zeros(3, np.float32)), TypeError, "one dtype"),
         (lambda: gpu.merge_runs([]), ValueError, "at least one"),
