@@ -2,13 +2,19 @@
 
 Python's ``sorted`` is stable, so sorting positions by ``(is_nan, ±value)``
 gives NumPy's order (NaN/NaT last) for both directions without any of the
-bit tricks under test.  Complex numbers sort by ``(NaN class, ±first part,
-±second part)``: NumPy's documented order, real part first, with
-``R + nanj``, ``nan + Rj`` and ``nan + nanj`` after every number, in that
-order, each class by its non-NaN parts.
+bit tricks under test.  Complex keys sort by ``(class, ±first part, ±second
+part)``: NumPy's order puts ``R + Rj`` first, then ``R + nanj``, ``nan + Rj``
+and ``nan + nanj``, each class by its non-NaN parts.  Descending reverses
+the order of the parts within each class and keeps the NaN classes last, as
+NaN stays last for real keys.  ``lexsort`` is the same with one such key per
+array, the last array primary, as ``np.lexsort``.
+
+Also the test data (:func:`make_keys`) shared by the pipeline tests.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 
@@ -16,6 +22,71 @@ KEY_DTYPES = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "datetime64[ns]", "timedelta64[s]",
 ]
+# Keys that sort, argsort, lexsort and sort_by_key take, but topk, unique,
+# searchsorted and verify refuse: kept apart from KEY_DTYPES, which those use.
+COMPLEX_DTYPES = ["complex64", "complex128"]
+
+PATTERNS = ["random", "few", "equal", "sorted", "reversed", "extremes", "nan"]
+
+
+def make_keys(rng: np.random.Generator, dtype: str, n: int, pattern: str) -> np.ndarray:
+    """``n`` keys of ``dtype`` in one of :data:`PATTERNS` (ties, runs, NaN and extremes)."""
+    dt = np.dtype(dtype)
+    if dt.kind == "c":
+        return _make_complex(rng, dt, n, pattern)
+    if dt.kind == "b":
+        x = rng.integers(0, 2, n).astype(bool)
+    elif dt.kind == "f":
+        x = rng.standard_normal(n).astype(dt) * 1000
+    elif dt.kind in "mM":
+        x = rng.integers(-(2**40), 2**40, n).view(dt)
+    else:
+        info = np.iinfo(dt)
+        x = rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+    if pattern == "few" and n:
+        x = rng.choice(x[:3], n)
+    elif pattern == "equal" and n:
+        x = np.full(n, x[0])
+    elif pattern == "sorted":
+        x = np.sort(x)
+    elif pattern == "reversed":
+        x = np.sort(x)[::-1].copy()
+    elif pattern in ("extremes", "nan") and n:
+        if dt.kind == "f":
+            special = [np.nan, -0.0, 0.0, np.inf, -np.inf, np.finfo(dt).max, np.finfo(dt).min]
+        elif dt.kind in "mM":
+            special = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, -1, 0]).view(dt)
+        elif dt.kind == "b":
+            special = [True, False]
+        else:
+            special = [np.iinfo(dt).min, np.iinfo(dt).max, 0]
+        hit = rng.random(n) < (0.6 if pattern == "nan" else 0.3)
+        x[hit] = rng.choice(np.array(special, dtype=dt), int(hit.sum()))
+    return x
+
+
+def _make_complex(rng: np.random.Generator, dt: np.dtype, n: int, pattern: str) -> np.ndarray:
+    """Complex keys: real parts from a few integers, so that the imaginary part often decides;
+    the special patterns put NaN (either sign), ±0.0, ±inf and extremes in either part or both."""
+    part = np.dtype(f"f{dt.itemsize // 2}")
+    x = np.empty(n, dt)
+    x.real = rng.integers(-4, 5, n).astype(part)
+    x.imag = (rng.standard_normal(n) * 1000).astype(part)
+    if pattern == "few" and n:
+        x = rng.choice(x[:3], n)
+    elif pattern == "equal" and n:
+        x = np.full(n, x[0])
+    elif pattern == "sorted":
+        x = np.sort(x)
+    elif pattern == "reversed":
+        x = np.sort(x)[::-1].copy()
+    elif pattern in ("extremes", "nan") and n:
+        info = np.finfo(part)
+        special = np.array([np.nan, -np.nan, -0.0, 0.0, np.inf, -np.inf, info.max, info.min], part)
+        for which in ("real", "imag"):
+            hit = rng.random(n) < (0.5 if pattern == "nan" else 0.25)
+            getattr(x, which)[hit] = rng.choice(special, int(hit.sum()))
+    return x
 
 
 def _sort_keys(x: np.ndarray) -> tuple[list, np.ndarray]:
@@ -28,32 +99,87 @@ def _sort_keys(x: np.ndarray) -> tuple[list, np.ndarray]:
     return x.astype(object if x.dtype.kind == "u" else np.int64).tolist(), np.zeros(len(x), bool)
 
 
-def ref_keys(x: np.ndarray, descending: bool = False) -> list[tuple]:
-    """One tuple per element of 1-D ``x``; Python orders the tuples as NumPy orders ``x`` (largest first if asked)."""
+def _element_keys(x: np.ndarray, descending: bool) -> list[tuple]:
+    """One Python tuple per element; comparing them compares the elements in NumPy's order."""
     x = np.asarray(x)
     sign = -1 if descending else 1
     if x.dtype.kind == "c":
+        x = x.astype(x.dtype.newbyteorder("="))
         keys = []
-        for z in x.tolist():
-            nan_re, nan_im = z.real != z.real, z.imag != z.imag
-            first = 0.0 if nan_re and nan_im else z.imag if nan_re else z.real
-            second = z.imag if not (nan_re or nan_im) else 0.0
-            keys.append((2 * nan_re + nan_im, sign * first, sign * second))
+        for re, im in zip(x.real.astype(np.float64).tolist(), x.imag.astype(np.float64).tolist()):
+            nan_re, nan_im = re != re, im != im
+            cls = 2 * nan_re + nan_im
+            first = 0.0 if cls == 3 else (im if nan_re else re)
+            second = im if cls == 0 else 0.0
+            keys.append((cls, sign * first, sign * second))
         return keys
     values, missing = _sort_keys(x)
     return [(bool(m), 0 if m else sign * v) for v, m in zip(values, missing.tolist())]
 
 
 def ref_argsort(x: np.ndarray, descending: bool = False) -> np.ndarray:
-    """Stable positions that sort ``x`` in NumPy's order, largest first if asked."""
-    key = ref_keys(x, descending)
+    """Stable positions that sort 1-D ``x`` in NumPy's order, largest first if asked."""
+    key = _element_keys(np.asarray(x), descending)
     return np.array(sorted(range(len(key)), key=key.__getitem__), dtype=np.int64)
 
 
-def ref_lexsort(keys, descending: bool = False) -> np.ndarray:
-    """Stable positions that sort 1-D ``keys`` as ``np.lexsort`` (the last key first), every key largest first if asked."""
-    key = list(zip(*(ref_keys(k, descending) for k in keys[::-1])))
-    return np.array(sorted(range(len(key)), key=key.__getitem__), dtype=np.int64)
+def ref_lexsort(keys: Sequence[np.ndarray], descending: bool = False) -> np.ndarray:
+    """``np.lexsort(keys)`` for 1-D keys (the last one primary, stable), largest first by every key if asked."""
+    columns = [_element_keys(np.asarray(k), descending) for k in keys[::-1]]
+    n = len(columns[0])
+    assert all(len(c) == n for c in columns), "keys of different lengths"
+    key = list(zip(*columns)) if n else []
+    return np.array(sorted(range(n), key=key.__getitem__), dtype=np.int64)
+
+
+def _rows(x: np.ndarray, axis: int) -> np.ndarray:
+    """``x`` with ``axis`` moved last, as a 2-D array of rows (size-0 shapes included)."""
+    moved = np.moveaxis(np.asarray(x), axis, -1)
+    return moved.reshape(int(np.prod(moved.shape[:-1], dtype=np.int64)), moved.shape[-1])
+
+
+def _unrows(rows: np.ndarray, shape: tuple, axis: int) -> np.ndarray:
+    moved = list(shape)
+    moved.append(moved.pop(axis % len(shape)))
+    return np.moveaxis(rows.reshape(moved), -1, axis)
+
+
+def ref_argsort_along(x: np.ndarray, axis: int, descending: bool = False) -> np.ndarray:
+    """:func:`ref_argsort` of every 1-D slice along ``axis``: ``np.argsort(x, axis, kind="stable")``."""
+    x = np.asarray(x)
+    rows = _rows(x, axis)
+    out = np.empty(rows.shape, np.int64)
+    for i, row in enumerate(rows):
+        out[i] = ref_argsort(row, descending)
+    return _unrows(out, x.shape, axis)
+
+
+def ref_lexsort_along(keys: Sequence[np.ndarray], axis: int, descending: bool = False) -> np.ndarray:
+    """:func:`ref_lexsort` of every 1-D slice along ``axis``: ``np.lexsort(keys, axis)``."""
+    keys = [np.asarray(k) for k in keys]
+    rows = [_rows(k, axis) for k in keys]
+    out = np.empty(rows[0].shape, np.int64)
+    for i in range(out.shape[0]):
+        out[i] = ref_lexsort([r[i] for r in rows], descending)
+    return _unrows(out, keys[0].shape, axis)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """The elements' bits as unsigned integers, one more axis of two words for 16-byte complex."""
+    a = np.ascontiguousarray(a)
+    if a.dtype.itemsize <= 8:
+        return a.view(f"u{a.dtype.itemsize}") if a.size else a.view(np.uint8).reshape(a.shape)
+    half = a.dtype.itemsize // 2
+    return a.view(f"u{half}").reshape(*a.shape, 2)
+
+
+def _sorted_bits(rows: np.ndarray) -> np.ndarray:
+    """Each row's bit patterns, sorted: the multiset of every row, comparable with ``==``."""
+    b = _bits(rows)
+    if b.ndim == rows.ndim:
+        return np.sort(b, axis=-1)
+    order = np.lexsort((b[..., 1], b[..., 0]), axis=-1)
+    return np.take_along_axis(b, order[..., None], axis=-2)
 
 
 def assert_same_keys(got: np.ndarray, want: np.ndarray, bits: str = "multiset") -> None:
@@ -64,15 +190,29 @@ def assert_same_keys(got: np.ndarray, want: np.ndarray, bits: str = "multiset") 
     each as often, in any order among equal keys (``np.sort``'s promise: the
     input's elements, moved).
     """
+    got, want = np.asarray(got), np.asarray(want)
     assert got.dtype == want.dtype, (got.dtype, want.dtype)
     assert got.shape == want.shape, (got.shape, want.shape)
     if got.dtype.kind in "mM":
         np.testing.assert_array_equal(got.view(np.int64), want.view(np.int64))
     else:
         np.testing.assert_array_equal(got, want)  # treats NaN == NaN
-    width = got.dtype.itemsize // (2 if got.dtype.kind == "c" else 1)  # complex: its two parts' bits
-    as_bits = lambda a: np.ascontiguousarray(a).view(f"u{width}") if a.size else a.view(np.uint8)
     if bits == "exact":
-        np.testing.assert_array_equal(as_bits(got), as_bits(want))
+        np.testing.assert_array_equal(_bits(got), _bits(want))
     else:
-        np.testing.assert_array_equal(np.sort(as_bits(got)), np.sort(as_bits(want)))
+        np.testing.assert_array_equal(_sorted_bits(got.ravel()), _sorted_bits(want.ravel()))
+
+
+def assert_same_keys_along(got: np.ndarray, want: np.ndarray, axis: int, bits: str = "multiset") -> None:
+    """:func:`assert_same_keys` for N-D arrays sorted along ``axis``: the multiset of bits is per row."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if got.dtype.kind in "mM":
+        np.testing.assert_array_equal(got.view(np.int64), want.view(np.int64))
+    else:
+        np.testing.assert_array_equal(got, want)
+    if bits == "exact":
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+    else:
+        np.testing.assert_array_equal(_sorted_bits(_rows(got, axis)), _sorted_bits(_rows(want, axis)))

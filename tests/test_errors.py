@@ -1,5 +1,7 @@
 """Bad input gets a clear error that names the argument and the fix."""
 
+import re
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -13,12 +15,15 @@ X = da.from_array(np.arange(10), chunks=3)
     "call, error, match",
     [
         (lambda: gpusort.sort(np.array(["b", "a"])), TypeError, r"x has dtype <U1 \(string\).*convert"),
-        (lambda: gpusort.sort(da.from_array(np.array([1j]))), TypeError, r"x has dtype complex128"),
         (lambda: gpusort.sort(np.array([object()])), TypeError, r"x has dtype object"),
         (lambda: gpusort.sort(np.zeros(3, "i4,f8")), TypeError, r"structured"),
-        (lambda: gpusort.sort(da.ones((4, 4))), ValueError, r"x is 2-D.*axis=None"),
-        (lambda: gpusort.argsort(da.ones((4, 4)), axis=0), ValueError, r"axis=None"),
-        (lambda: gpusort.sort(X, axis=1), ValueError, r"axis=1 is out of bounds"),
+        # chunks= is the output chunk length of 1-D sorts; along an axis the output keeps x's chunks.
+        (lambda: gpusort.sort(da.ones((4, 4)), axis=-1, chunks=2), ValueError, r"chunks"),
+        (lambda: gpusort.argsort(da.ones((4, 4)), axis=0, chunks=2), ValueError, r"chunks"),
+        (lambda: gpusort.sort(np.ones((2, 3, 4)), axis=1, chunks=1), ValueError, r"chunks"),
+        (lambda: gpusort.sort(X, axis=1.0), (TypeError, ValueError), r"axis"),
+        (lambda: gpusort.argsort(da.ones((4, 4)), axis="0"), (TypeError, ValueError), r"axis"),
+        (lambda: gpusort.sort(da.ones((4, 4)), axis=True), (TypeError, ValueError), r"axis"),
         (lambda: gpusort.sort(X[X > 3]), ValueError, r"compute_chunk_sizes\(\)"),
         (lambda: gpusort.sort(X, chunks=0), ValueError, r"chunks must be a positive int"),
         (lambda: gpusort.sort(X, chunks=-4), ValueError, r"chunks must be a positive int"),
@@ -31,12 +36,62 @@ X = da.from_array(np.arange(10), chunks=3)
         (lambda: gpusort.sort_by_key(X, da.ones((10, 2))), ValueError, r"values must be 1-D"),
         (lambda: gpusort.sort_by_key(X, np.array([None] * 10)), TypeError, r"values has dtype object"),
         (lambda: gpusort.sort_by_key(X, X[X > 3]), ValueError, r"values has unknown chunk sizes"),
-        (lambda: gpusort.sort_by_key(da.ones((2, 5)), X), ValueError, r"keys is 2-D"),
+        (lambda: gpusort.sort_by_key(da.ones((2, 5)), X), ValueError, r"keys\b.*\b(2-D|1-D)"),
+        # Several key arrays: one length, 1-D, sortable dtypes, at least one.
+        (lambda: gpusort.sort_by_key((X, np.arange(9)), X), ValueError, r"keys"),
+        (lambda: gpusort.sort_by_key((X, da.ones((10, 2))), X), ValueError, r"keys"),
+        (lambda: gpusort.sort_by_key((X, np.array(["a"] * 10)), X), TypeError, r"keys"),
+        (lambda: gpusort.sort_by_key((), X), ValueError, r"keys"),
+        (lambda: gpusort.sort_by_key((X, X), np.arange(9)), ValueError, r"values has length 9"),
+        # lexsort: a non-empty sequence of arrays of one shape, or an array of keys along its first axis.
+        (lambda: gpusort.lexsort([]), ValueError, r"keys"),
+        (lambda: gpusort.lexsort(()), ValueError, r"keys"),
+        (lambda: gpusort.lexsort([X, np.arange(9)]), ValueError, r"keys"),
+        (lambda: gpusort.lexsort([da.ones((2, 5)), da.ones((5, 2))]), ValueError, r"keys"),
+        (lambda: gpusort.lexsort([X, np.array([None] * 10)]), TypeError, r"keys"),
+        (lambda: gpusort.lexsort([np.array(list("abcdefghij")), X]), TypeError, r"keys"),
+        (lambda: gpusort.lexsort((X, np.zeros(10, "i4,f8"))), TypeError, r"keys"),
+        (lambda: gpusort.lexsort([X, X[X > 3]]), ValueError, r"compute_chunk_sizes\(\)"),
+        (lambda: gpusort.lexsort([X], descending="yes"), TypeError, r"descending must be True or False"),
+        (lambda: gpusort.lexsort([X], backend="tpu"), ValueError, r"backend='tpu' is not known"),
+        # Complex keys sort (sort, argsort, lexsort, sort_by_key), but the rest refuses them by name.
+        (lambda: gpusort.topk(da.from_array(np.array([1j, 2])), 1), TypeError, r"x has dtype complex128"),
+        (lambda: gpusort.unique(np.array([1j, 2], np.complex64)), TypeError, r"x has dtype complex64"),
+        (lambda: gpusort.searchsorted(np.array([1j, 2]), 1), TypeError, r"sorted_x has dtype complex128"),
+        (lambda: gpusort.verify(np.array([1j, 2]), np.array([1j, 2])), TypeError, r"src has dtype complex128"),
     ],
 )
 def test_bad_input_is_named(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize(
+    "call, shape, axis",
+    [
+        (gpusort.sort, (10,), 1),
+        (gpusort.sort, (10,), -2),
+        (gpusort.argsort, (4, 4), 2),
+        (gpusort.sort, (4, 4), -3),
+        (gpusort.argsort, (2, 3, 4), 3),
+        (gpusort.sort, (2, 3, 4), -4),
+        (gpusort.sort, (), 0),
+        (lambda x, axis: gpusort.lexsort([x, x], axis=axis), (4, 4), 2),
+        (lambda x, axis: gpusort.lexsort([x, x], axis=axis), (5,), -2),
+        (lambda x, axis: gpusort.lexsort(da.stack([x, x]), axis=axis), (4, 4), -3),
+    ],
+)
+def test_axis_out_of_range_names_axis_and_the_valid_range(call, shape, axis):
+    """The error says which axis was asked for and which exist: -ndim to ndim - 1 (or None)."""
+    ndim = len(shape)
+    with pytest.raises(ValueError) as info:
+        call(da.ones(shape, chunks=2), axis=axis)
+    message = str(info.value)
+    assert re.search(r"(?<![\w.])axis\b", message), message
+    assert str(axis) in message, message
+    if ndim:  # the valid range: its ends, -ndim and ndim - 1 (or "< ndim")
+        assert re.search(rf"(?<![\d])-{ndim}(?![\d])", message), message
+        assert re.search(rf"(?<![\d-])({ndim - 1}|{ndim})(?![\d])", message), message
 
 
 def test_cupy_backend_without_a_gpu_says_what_to_do():
@@ -63,6 +118,11 @@ def test_dask_dataframe_columns_refused_without_computing_them():
     for x in (ddf["a"], ddf, ddf.index):
         with pytest.raises(TypeError, match=r"x is a Dask \w+.*to_dask_array\(lengths=True\)"):
             gpusort.sort(x)
+    # As keys of lexsort and multi-key sort_by_key too: refused by name, not computed.
+    for call in (lambda: gpusort.lexsort([ddf["a"], ddf["a"]]),
+                 lambda: gpusort.sort_by_key((ddf["a"], ddf["a"]), np.arange(4))):
+        with pytest.raises(TypeError, match=r"keys\b.*Dask \w+.*to_dask_array\(lengths=True\)"):
+            call()
 
 
 def test_a_tuple_of_arrays_is_not_concatenated():
@@ -70,8 +130,9 @@ def test_a_tuple_of_arrays_is_not_concatenated():
 
     lazy = da.from_delayed(dask.delayed(_never)(), shape=(3,), dtype=np.int64)
     for x in ((lazy, lazy), [np.arange(3), np.arange(3)]):
-        with pytest.raises(TypeError, match=r"x is a (tuple|list) of 2 arrays; gpusort sorts one array"):
+        with pytest.raises(TypeError, match=r"x is a (tuple|list) of 2 arrays") as info:
             gpusort.sort(x)
+        assert "lexsort" in str(info.value)  # the fix for several keys
     # Sequences of scalars, nested or not, are arrays as NumPy reads them.
     assert gpusort.sort((3, 1, 2)).compute().tolist() == [1, 2, 3]
     assert gpusort.sort([[3, 1], [2, 0]], axis=None).compute().tolist() == [0, 1, 2, 3]

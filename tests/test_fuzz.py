@@ -4,7 +4,8 @@ Each argument is drawn either from values the API documents as valid or
 from hostile ones, and the hostile draws are tagged with the argument they
 went to.  The property: with no hostile argument, the call returns lazily and
 computes exactly ``np.sort`` / ``np.argsort(kind="stable")`` (NaN last) in the
-input's dtype; with any, the *call itself* raises ``TypeError`` or
+input's dtype, along the axis asked for (N-D too) or flattened with
+``axis=None``, complex keys included; with any, the *call itself* raises ``TypeError`` or
 ``ValueError`` whose message names one of the hostile arguments.  Either way
 NumPy inputs -- read-only, non-contiguous, Fortran-ordered, big-endian -- are
 never modified.  The same for ``sort_zarr`` and paths on disk: no source store
@@ -24,7 +25,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from reference import KEY_DTYPES, assert_same_keys, ref_argsort
+from reference import (
+    COMPLEX_DTYPES, KEY_DTYPES, assert_same_keys, assert_same_keys_along, ref_argsort, ref_argsort_along,
+)
 
 import gpusort
 from gpusort import runtime
@@ -34,13 +37,22 @@ pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificati
 ERRORS = (TypeError, ValueError)
 
 # Big-endian twins of every multi-byte key dtype: NumPy sorts them by value.
-FOREIGN = [np.dtype(d).newbyteorder(">").str for d in KEY_DTYPES if np.dtype(d).itemsize > 1]
+FOREIGN = [np.dtype(d).newbyteorder(">").str for d in KEY_DTYPES + COMPLEX_DTYPES if np.dtype(d).itemsize > 1]
 
 
 def key_data(draw, dtype: np.dtype, n: int) -> np.ndarray:
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     kind = draw(st.sampled_from(["random", "few", "nan-only", "extremes"]))
-    if dtype.kind == "b":
+    if dtype.kind == "c":  # two float parts: NaN in either, both or none
+        parts = [rng.standard_normal(n) * 100, rng.integers(-2, 3, n).astype(np.float64)]
+        for part in parts:
+            if kind == "nan-only":
+                part[rng.random(n) < 0.7] = np.nan
+            elif kind == "extremes":
+                hit = rng.random(n) < 0.4
+                part[hit] = rng.choice([np.nan, -0.0, 0.0, np.inf, -np.inf], int(hit.sum()))
+        x = _complex(parts[0], parts[1])
+    elif dtype.kind == "b":
         x = rng.integers(0, 2, n).astype(bool)
     elif dtype.kind == "f":
         x = rng.standard_normal(n) * 100
@@ -61,9 +73,16 @@ def key_data(draw, dtype: np.dtype, n: int) -> np.ndarray:
     return np.asarray(x).astype(dtype)
 
 
+def _complex(re: np.ndarray, im: np.ndarray) -> np.ndarray:
+    """``re + im*1j`` part by part (arithmetic would turn ``inf * 1j`` or ``nan * 1j`` into NaN real parts)."""
+    x = np.empty(len(re), np.complex128)
+    x.real, x.imag = re, im
+    return x
+
+
 @st.composite
 def numpy_keys(draw, ndim=1):
-    dtype = np.dtype(draw(st.sampled_from(KEY_DTYPES + FOREIGN)))
+    dtype = np.dtype(draw(st.sampled_from(KEY_DTYPES + COMPLEX_DTYPES + FOREIGN)))
     shape = tuple(draw(st.lists(st.integers(0, 6 if ndim > 1 else 40), min_size=ndim, max_size=ndim)))
     x = key_data(draw, dtype, int(np.prod(shape))).reshape(shape)
     layout = draw(st.sampled_from(["plain", "read-only", "strided", "fortran"]))
@@ -118,12 +137,12 @@ def unknown_chunks(n: int) -> da.Array:
 
 
 def hostile_keys(draw):
-    kind = draw(st.sampled_from(["object", "string", "complex", "none", "dict", "ragged", "masked",
+    # Complex keys are valid now (sort, argsort, sort_by_key): drawn by numpy_keys instead.
+    kind = draw(st.sampled_from(["object", "string", "none", "dict", "ragged", "masked",
                                  "dask-masked", "unknown", "int", "structured", "huge-ints", "set"]))
     return {
         "object": lambda: np.array([1, "a", None], dtype=object),
         "string": lambda: np.array(["b", "a"]),
-        "complex": lambda: da.from_array(np.array([1j, 2]), chunks=1),
         "none": lambda: None,
         "dict": lambda: {1: 2},
         "ragged": lambda: [[1, 2], [3]],
@@ -163,14 +182,18 @@ def calls(draw):
         x, raw = draw(as_input(draw(numpy_keys(ndim))))
     kwargs = {keyname: x}
     if fn != "sort_by_key":
-        one_d = raw is None or raw.ndim == 1
-        if "axis" in tags:
-            kwargs["axis"] = draw(st.sampled_from([1, -2, "0", 1.0, True, [0]] + ([] if one_d else [0, -1])))
-            tags.add("x")  # "x is 2-D; pass axis=None" names both
+        ndim = 1 if raw is None else raw.ndim
+        if "axis" in tags:  # out of range for this ndim (0-D: any int), or not an int
+            kwargs["axis"] = draw(st.sampled_from([ndim, -ndim - 1, "0", 1.0, True, [0]]))
         else:
-            kwargs["axis"] = draw(st.sampled_from([-1, 0, None, np.int64(0), np.int32(-1)] if one_d else [None]))
+            axes = [a for a in range(-ndim, ndim)]
+            kwargs["axis"] = draw(st.sampled_from(
+                [None] + [f(a) for a in axes for f in (int, np.int64, np.int32)]))
     for name in ("descending", "chunks", "backend"):
         kwargs[name] = draw(st.sampled_from(HOSTILE[name] if name in tags else VALID[name]))
+    if raw is not None and raw.ndim > 1 and "axis" not in tags and kwargs["axis"] is not None \
+            and kwargs["chunks"] is not None:
+        tags.add("chunks")  # an output chunk length is for 1-D sorts: along an axis the chunks are x's
     if fn == "sort_by_key":
         n = len(raw) if raw is not None else 3
         if "values" in tags:
@@ -215,6 +238,19 @@ def test_every_call_ends_in_numpys_result_or_a_named_error(case):
     assert not tags, f"hostile {sorted(tags)} accepted by {fn}"
     assert isinstance(out, tuple) == (fn == "sort_by_key")
     got = dask.compute(out, scheduler="sync")[0]
+    axis = kwargs.get("axis", 0)
+    if axis is not None and raw.ndim > 1:  # N-D along an axis: each row against the reference
+        axis = int(axis)
+        native = raw.astype(raw.dtype.newbyteorder("="))
+        want = ref_argsort_along(native, axis, bool(kwargs["descending"]))
+        if isinstance(kwargs["x"], da.Array):
+            assert out.chunks == kwargs["x"].chunks  # along an axis the output keeps the input's chunks
+        if fn == "argsort":
+            assert got.dtype == np.int64
+            np.testing.assert_array_equal(got, want)
+        else:
+            assert_same_keys_along(got, np.take_along_axis(raw, want, axis), axis)
+        return
     flat = raw.ravel()
     # reference.py reads datetimes through a native int64 view: give it native bytes.
     want = ref_argsort(flat.astype(flat.dtype.newbyteorder("=")), bool(kwargs["descending"]))

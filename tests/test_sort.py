@@ -8,42 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 import gpusort
 from gpusort import graph
-from reference import KEY_DTYPES, assert_same_keys, ref_argsort
-
-PATTERNS = ["random", "few", "equal", "sorted", "reversed", "extremes", "nan"]
-
-
-def make_keys(rng: np.random.Generator, dtype: str, n: int, pattern: str) -> np.ndarray:
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        x = rng.integers(0, 2, n).astype(bool)
-    elif dt.kind == "f":
-        x = rng.standard_normal(n).astype(dt) * 1000
-    elif dt.kind in "mM":
-        x = rng.integers(-(2**40), 2**40, n).view(dt)
-    else:
-        info = np.iinfo(dt)
-        x = rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
-    if pattern == "few" and n:
-        x = rng.choice(x[:3], n)
-    elif pattern == "equal" and n:
-        x = np.full(n, x[0])
-    elif pattern == "sorted":
-        x = np.sort(x)
-    elif pattern == "reversed":
-        x = np.sort(x)[::-1].copy()
-    elif pattern in ("extremes", "nan") and n:
-        if dt.kind == "f":
-            special = [np.nan, -0.0, 0.0, np.inf, -np.inf, np.finfo(dt).max, np.finfo(dt).min]
-        elif dt.kind in "mM":
-            special = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, -1, 0]).view(dt)
-        elif dt.kind == "b":
-            special = [True, False]
-        else:
-            special = [np.iinfo(dt).min, np.iinfo(dt).max, 0]
-        hit = rng.random(n) < (0.6 if pattern == "nan" else 0.3)
-        x[hit] = rng.choice(np.array(special, dtype=dt), int(hit.sum()))
-    return x
+from reference import KEY_DTYPES, PATTERNS, assert_same_keys, make_keys, ref_argsort
 
 
 @st.composite

@@ -1,0 +1,259 @@
+"""N-D ``sort`` and ``argsort`` along an axis, against NumPy, on the threaded scheduler.
+
+The contract: for an N-D Dask array and any axis (negative too), in any
+chunks along every axis (empty and size-1 chunks included), ``sort`` equals
+``np.sort(x, axis)`` and ``argsort`` equals ``np.argsort(x, axis,
+kind="stable")`` (int64 positions along the axis); ``descending=True`` puts
+each row largest first, NaN (NaT) still last, ties in input order.  The
+output keeps the input's chunks, nothing is computed while the graph is
+built, and ``axis=None`` still flattens.
+
+The oracle is :mod:`reference` (Python's ``sorted`` over each row) or NumPy
+itself, never gpusort's order keys.  ``np.sort`` is only used for values:
+its SIMD sorts may rewrite NaN payloads and the sign of zeros on some CPUs,
+so the bits are compared with the input's elements taken in the stable
+order (``take_along_axis(x, argsort)``), as a multiset per row.
+"""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import gpusort
+from reference import (
+    COMPLEX_DTYPES, KEY_DTYPES, PATTERNS, assert_same_keys_along, make_keys, ref_argsort_along,
+)
+
+ALL_DTYPES = KEY_DTYPES + COMPLEX_DTYPES
+
+
+def draw_chunks(draw, size: int, max_cuts: int) -> tuple[int, ...]:
+    """Chunk sizes summing to ``size``, empty and size-1 chunks included."""
+    cuts = sorted(draw(st.lists(st.integers(0, size), max_size=max_cuts)))
+    return tuple(np.diff([0, *cuts, size]).tolist())
+
+
+@st.composite
+def nd_cases(draw, dtypes=ALL_DTYPES):
+    """(keys, chunks per axis, axis, descending): up to 3-D, any axis, long rows along it."""
+    ndim = draw(st.integers(1, 3))
+    axis = draw(st.integers(-ndim, ndim - 1))
+    shape = [draw(st.integers(0, 4)) for _ in range(ndim)]
+    shape[axis] = draw(st.integers(0, 60))
+    dtype = draw(st.sampled_from(dtypes))
+    pattern = draw(st.sampled_from(PATTERNS))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = make_keys(rng, dtype, int(np.prod(shape)), pattern).reshape(shape)
+    chunks = tuple(draw_chunks(draw, size, 6 if i == axis % ndim else 2) for i, size in enumerate(shape))
+    return x, chunks, axis, draw(st.booleans())
+
+
+def one_d_chunks_kept_in_number(out_chunks, in_chunks) -> bool:
+    """A 1-D sort keeps the number of input chunks, all of one length but the last (as today)."""
+    n, parts = sum(in_chunks[0]), len(in_chunks[0])
+    length = max(1, -(-n // parts))
+    want = [length] * (n // length) + ([n % length] if n % length else [])
+    return list(out_chunks[0]) == (want or [0])
+
+
+def check_along_axis(x, chunks, axis, descending, backend=None, to_chunks=lambda a: a, to_host=np.asarray):
+    """sort and argsort of ``x`` in ``chunks`` along ``axis``, as the reference says, chunks kept."""
+    before = x.copy()
+    keys = to_chunks(da.from_array(x, chunks=chunks))
+    want = ref_argsort_along(x, axis, descending)
+
+    got = gpusort.sort(keys, axis=axis, descending=descending, backend=backend)
+    assert isinstance(got, da.Array)
+    assert got.shape == x.shape and got.dtype == x.dtype
+    if x.ndim > 1:
+        assert got.chunks == keys.chunks, (got.chunks, keys.chunks)
+    else:
+        assert one_d_chunks_kept_in_number(got.chunks, keys.chunks), (got.chunks, keys.chunks)
+    sorted_keys = to_host(got.compute())
+    if x.dtype.kind == "c":
+        # Complex sorts return the input's elements in the stable order, bit for bit.
+        assert_same_keys_along(sorted_keys, np.take_along_axis(x, want, axis), axis, bits="exact")
+    else:
+        assert_same_keys_along(sorted_keys, np.take_along_axis(x, want, axis), axis)
+
+    positions = gpusort.argsort(keys, axis=axis, descending=descending, backend=backend)
+    assert isinstance(positions, da.Array)
+    assert positions.dtype == np.int64 and positions.shape == x.shape
+    assert positions.chunks == got.chunks
+    np.testing.assert_array_equal(to_host(positions.compute()), want)
+    np.testing.assert_array_equal(x.view(np.uint8), before.view(np.uint8))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nd_cases())
+def test_sort_and_argsort_along_any_axis_match_numpy(case):
+    check_along_axis(*case)
+
+
+def test_reference_rows_are_numpys_stable_argsort():
+    """The oracle itself: per-row ``sorted`` equals ``np.argsort(kind="stable")`` ascending, every dtype."""
+    rng = np.random.default_rng(0)
+    for dtype in ALL_DTYPES:
+        for pattern in PATTERNS:
+            x = make_keys(rng, dtype, 3 * 4 * 25, pattern).reshape(3, 4, 25)
+            for axis in (0, 1, 2):
+                np.testing.assert_array_equal(ref_argsort_along(x, axis), np.argsort(x, axis=axis, kind="stable"),
+                                              err_msg=f"{dtype} {pattern} axis={axis}")
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_long_float64_rows_chunked_along_the_axis(axis):
+    rng = np.random.default_rng(1)
+    x = make_keys(rng, "float64", 4 * 20000, "nan").reshape(4, 20000)
+    x[:, ::97] = x[:, :1]  # ties across chunks of one row
+    keys = da.from_array(x, chunks=(2, 5000))
+    got, positions = gpusort.sort(keys, axis=axis), gpusort.argsort(keys, axis=axis)
+    assert got.chunks == positions.chunks == keys.chunks
+    got, positions = dask.compute(got, positions)
+    want = np.argsort(x, axis=axis, kind="stable")
+    np.testing.assert_array_equal(positions, want)
+    np.testing.assert_array_equal(got, np.sort(x, axis=axis))  # as values: NaN == NaN, -0.0 == 0.0
+    assert_same_keys_along(got, np.take_along_axis(x, want, axis), axis)
+
+    down = gpusort.argsort(keys, axis=axis, descending=True)
+    assert down.chunks == keys.chunks
+    np.testing.assert_array_equal(down.compute(), ref_argsort_along(x, axis, descending=True))
+
+
+@pytest.mark.parametrize("axis", [0, -2])
+@pytest.mark.parametrize("descending", [False, True])
+def test_axis_0_chunked_into_fifty_chunks(axis, descending):
+    rng = np.random.default_rng(2)
+    x = make_keys(rng, "int32", 300 * 7, "few").reshape(300, 7)
+    keys = da.from_array(x, chunks=(6, (3, 4)))
+    assert keys.numblocks == (50, 2)
+    want = ref_argsort_along(x, axis, descending)
+    if not descending:
+        np.testing.assert_array_equal(want, np.argsort(x, axis=axis, kind="stable"))
+    got, positions = gpusort.sort(keys, axis=axis, descending=descending), gpusort.argsort(
+        keys, axis=axis, descending=descending)
+    assert got.chunks == positions.chunks == keys.chunks
+    got, positions = dask.compute(got, positions)
+    np.testing.assert_array_equal(positions, want)
+    assert_same_keys_along(got, np.take_along_axis(x, want, axis), axis)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("axis", [-3, -2, -1, 0, 1, 2])
+@pytest.mark.parametrize("dtype", ["float32", "uint8", "complex64", "datetime64[ns]"])
+def test_every_axis_of_a_2x3x4_array(axis, descending, dtype):
+    x = make_keys(np.random.default_rng(3), dtype, 24, "extremes").reshape(2, 3, 4)
+    for chunks in (((1, 1), (1, 0, 2), (3, 0, 1)), (1, 1, 1), (2, 3, 4)):
+        check_along_axis(x, chunks, axis, descending)
+
+
+@pytest.mark.parametrize("shape, axis", [((0, 5), 0), ((0, 5), 1), ((5, 0), 1), ((5, 0), 0),
+                                         ((3, 0, 4), -1), ((3, 0, 4), 1), ((0, 0), 0)])
+def test_zero_size_dimensions(shape, axis):
+    x = np.zeros(shape, np.float32)
+    keys = da.from_array(x, chunks=tuple((s,) if s == 0 else (1, s - 1) if s > 1 else (1,) for s in shape))
+    for descending in (False, True):
+        got = gpusort.sort(keys, axis=axis, descending=descending)
+        positions = gpusort.argsort(keys, axis=axis, descending=descending)
+        assert got.chunks == positions.chunks == keys.chunks
+        got, positions = dask.compute(got, positions)
+        assert got.shape == positions.shape == shape
+        assert got.dtype == np.float32 and positions.dtype == np.int64
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_axis_none_still_sorts_the_flattened_array(descending):
+    rng = np.random.default_rng(4)
+    x = make_keys(rng, "float32", 30 * 17, "nan").reshape(30, 17)
+    keys = da.from_array(x, chunks=(7, (5, 0, 12)))
+    want = ref_argsort_along(x.ravel(), 0, descending)
+    positions = gpusort.argsort(keys, axis=None, descending=descending)
+    assert positions.shape == (x.size,)
+    np.testing.assert_array_equal(positions.compute(), want)
+    got = gpusort.sort(keys, axis=None, descending=descending, chunks=100)  # chunks= still allowed
+    assert got.chunks == ((100,) * 5 + (10,),)
+    assert_same_keys_along(got.compute(), x.ravel()[want], 0)
+    if not descending:
+        np.testing.assert_array_equal(positions.compute(), np.argsort(x, axis=None, kind="stable"))
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_many_block_rows(transposed):
+    """A hundred rows of blocks across the other axis, small and empty chunks along the sorted one."""
+    rng = np.random.default_rng(5)
+    x = make_keys(rng, "int16", 400 * 24, "few").reshape(400, 24)
+    chunks, axis = (4, (5, 1, 0, 10, 8)), 1
+    if transposed:
+        x, chunks, axis = x.T.copy(), chunks[::-1], 0
+    keys = da.from_array(x, chunks=chunks)
+    assert keys.numblocks[1 - axis] == 100
+    got, positions = gpusort.sort(keys, axis=axis), gpusort.argsort(keys, axis=axis)
+    assert got.chunks == positions.chunks == keys.chunks
+    got, positions = dask.compute(got, positions)
+    want = np.argsort(x, axis=axis, kind="stable")
+    np.testing.assert_array_equal(positions, want)
+    np.testing.assert_array_equal(got, np.take_along_axis(x, want, axis))
+
+
+def test_two_axes_of_one_array_in_one_compute():
+    """Sorts of one square array along different axes are different graphs (no key collisions)."""
+    x = np.random.default_rng(6).standard_normal((40, 40))
+    keys = da.from_array(x, chunks=(15, 10))
+    results = [gpusort.sort(keys, axis=0), gpusort.sort(keys, axis=1), gpusort.argsort(keys, axis=0),
+               gpusort.argsort(keys, axis=1), gpusort.argsort(keys, axis=1, descending=True)]
+    assert len({r.name for r in results}) == len(results)
+    s0, s1, a0, a1, d1 = dask.compute(*results)
+    np.testing.assert_array_equal(s0, np.sort(x, axis=0))
+    np.testing.assert_array_equal(s1, np.sort(x, axis=1))
+    np.testing.assert_array_equal(a0, np.argsort(x, axis=0, kind="stable"))
+    np.testing.assert_array_equal(a1, np.argsort(x, axis=1, kind="stable"))
+    np.testing.assert_array_equal(d1, np.argsort(-x, axis=1, kind="stable"))  # no NaN, no ties
+
+
+def _explode(block):
+    raise AssertionError("a chunk was computed while only building the graph")
+
+
+def test_building_the_graph_computes_nothing_along_an_axis():
+    keys = da.ones((12, 30), chunks=(5, 7)).map_blocks(_explode, dtype=np.float64)
+    for axis in (0, 1, -1):
+        for result in (gpusort.sort(keys, axis=axis), gpusort.argsort(keys, axis=axis, descending=True)):
+            assert isinstance(result, da.Array)
+            assert result.chunks == keys.chunks and result.shape == (12, 30)
+    assert gpusort.argsort(keys, axis=0).dtype == np.int64
+
+
+@pytest.mark.parametrize("layout", ["fortran", "read-only", "strided", "big-endian"])
+def test_numpy_input_in_any_layout_is_wrapped_and_left_untouched(layout):
+    x = make_keys(np.random.default_rng(7), "float64", 6 * 50, "nan").reshape(6, 50)
+    x = {"fortran": np.asfortranarray(x), "read-only": x, "strided": np.repeat(x, 2, axis=1)[:, ::2],
+         "big-endian": x.astype(">f8")}[layout]
+    if layout == "read-only":
+        x.setflags(write=False)
+    before = x.tobytes()
+    for axis in (0, 1):
+        want = np.argsort(x, axis=axis, kind="stable")
+        np.testing.assert_array_equal(gpusort.argsort(x, axis=axis).compute(), want)
+        got = gpusort.sort(x, axis=axis).compute()
+        np.testing.assert_array_equal(got, np.take_along_axis(x, want, axis))
+    assert x.tobytes() == before
+
+
+# CuPy holds no datetimes: CuPy chunks are tried with the other key dtypes.
+CUPY_DTYPES = [d for d in ALL_DTYPES if np.dtype(d).kind not in "mM"]
+
+
+@pytest.mark.gpu
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nd_cases(), st.sampled_from(["host chunks", "cupy chunks"]))
+def test_cupy_backend_along_any_axis_matches_numpy(case, where):
+    """The same property on the GPU: host chunks with backend="cupy", and CuPy chunks."""
+    cupy = pytest.importorskip("cupy")
+    if where == "host chunks":
+        check_along_axis(*case, backend="cupy")
+    elif case[0].dtype.name in CUPY_DTYPES:
+        check_along_axis(*case, to_chunks=lambda a: a.map_blocks(cupy.asarray), to_host=cupy.asnumpy)
