@@ -182,11 +182,19 @@ def sort_by_key(
     >>> sk2.compute(), sv.compute()
     (array([0, 0, 0, 1]), array([b'a', b'b', b'd', b'c'], dtype='|S1'))
     """
-    several = isinstance(keys, (list, tuple))
+    several = isinstance(keys, (list, tuple)) and any(_is_array(k) for k in keys)  # a list of numbers is one key
     columns = _key_list(keys) if several else [_as_keys(keys, 0, "keys", complex_ok=True)]
     if any(c.ndim != 1 for c in columns):
         raise ValueError("keys must be 1-D arrays (or a tuple of them); sort N-D keys with sort(x, axis=...)")
-    keys = columns[-1]
+    if several:
+        for i, c in enumerate(columns):
+            order.check_key_dtype(c.dtype, f"keys[{i}]", complex_ok=True)
+            _check_known_chunks(c, f"keys[{i}]")
+            if c.shape != columns[0].shape:
+                raise ValueError(f"keys[{i}] has length {c.shape[0]} but keys[0] has {columns[0].shape[0]}; "
+                                 "every key array must have the same length")
+        columns = _aligned(columns)
+    keys = columns[0]
     values = as_dask(values, "values")
     if values.ndim != 1:
         raise ValueError(f"values must be 1-D like keys; got {values.ndim}-D (use values.ravel())")
@@ -382,9 +390,20 @@ def _sort_any(keys: list, axis, descending, chunks, backend, gpu_memory_budget, 
     for k in keys:
         order.check_key_dtype(k.dtype, argname, complex_ok=True)
         _check_known_chunks(k, argname)
+    for k in keys:
         if k.shape != first.shape:
             raise ValueError(f"keys have shapes {first.shape} and {k.shape}; every key must have the same shape")
-    keys = [k if k.chunks == first.chunks else k.rechunk(first.chunks) for k in keys]
+    if chunks is None and first.ndim == 1:  # the number of chunks the output keeps: empty ones count
+        chunks = output_chunk(None, first.shape[0], first.numblocks[0])
+    if first.size == 0 and first.ndim > 1 and axis is not None:  # nothing to sort, in the keys' chunks
+        _check_axis(axis, first.ndim, argname)
+        _check_no_chunks(chunks, axis, first.ndim, argname)
+        return first.map_blocks(_empty_result, positions, dtype=np.int64 if positions else first.dtype)
+    if first.size and (any(0 in dim for dim in first.chunks) or any(k.chunks != first.chunks for k in keys)):
+        # Every key in the last one's chunks, without empty ones: Dask's rechunk and blockwise
+        # alignment miscount empty chunks of N-D arrays.  Along an axis the result gets them back.
+        compact = tuple(tuple(c for c in dim if c) for dim in first.chunks)
+        keys = [k.rechunk(compact) for k in keys]
     if first.ndim == 0 and axis is not None:
         raise ValueError(f"axis={axis!r} is out of bounds for 0-d {argname}; use axis=None (a 1-element result)")
     if axis is None or first.ndim == 1:
@@ -400,13 +419,10 @@ def _sort_any(keys: list, axis, descending, chunks, backend, gpu_memory_budget, 
     from gpusort import axis as along
 
     axis = _check_axis(axis, first.ndim, argname)
-    if chunks is not None:
-        raise ValueError(
-            f"chunks={chunks!r} sets the output chunk length of a 1-D sort; a sort along axis {axis} of "
-            f"{first.ndim}-D {argname} keeps the input's chunks: drop chunks (or rechunk the result)"
-        )
+    _check_no_chunks(chunks, axis, first.ndim, argname)
     spec = backend_spec(resolve_backend(backend, first._meta), parse_budget(gpu_memory_budget))
-    return along.sort_along(keys[::-1], axis, descending=bool(descending), positions=positions, backend=spec)
+    out = along.sort_along(keys[::-1], axis, descending=bool(descending), positions=positions, backend=spec)
+    return out if out.chunks == first.chunks else along.with_empty_chunks(out, first.chunks)
 
 
 def _sort_composite(columns: list, carried: da.Array | None, descending, chunks, backend, gpu_memory_budget
@@ -418,6 +434,26 @@ def _sort_composite(columns: list, carried: da.Array | None, descending, chunks,
     okeys = multikey.composite_keys(columns, bool(descending))
     _, out = multikey.sort(okeys, carried, positions=carried is None, chunk=chunk, backend=spec)
     return out
+
+
+def _check_no_chunks(chunks: Any, axis: int, ndim: int, argname: str) -> None:
+    if chunks is not None:
+        raise ValueError(
+            f"chunks={chunks!r} sets the output chunk length of a 1-D sort; a sort along axis {axis} of "
+            f"{ndim}-D {argname} keeps the input's chunks: drop chunks (or rechunk the result)"
+        )
+
+
+def _empty_result(block: Any, positions: bool) -> Any:
+    return block.astype(np.int64) if positions else block.copy()
+
+
+def _aligned(arrays: list[da.Array]) -> list[da.Array]:
+    """1-D arrays of one length in the first one's chunks, empty chunks dropped (blockwise tasks pair them up)."""
+    if arrays[0].shape[0] == 0:  # nothing to move; Dask's rechunk keeps the number of empty chunks
+        return [da.from_array(a._meta.reshape(0), chunks=-1, asarray=False) for a in arrays]
+    chunks = (tuple(c for c in arrays[0].chunks[0] if c),)
+    return [a if a.chunks == chunks else a.rechunk(chunks) for a in arrays]
 
 
 def _check_axis(axis: Any, ndim: int, argname: str) -> int:
@@ -469,8 +505,9 @@ def as_dask(x: Any, argname: str) -> da.Array:
         )
     if isinstance(x, (list, tuple)) and any(_is_array(e) for e in x):
         raise TypeError(
-            f"{argname} is a {type(x).__name__} of {len(x)} arrays; gpusort sorts one array. Sort each, or "
-            f"join them first with dask.array.concatenate({argname}) (or stack them, then axis=None)"
+            f"{argname} is a {type(x).__name__} of {len(x)} arrays; gpusort sorts one array. To sort by several "
+            f"keys use gpusort.lexsort({argname}); else sort each, or join them first with "
+            f"dask.array.concatenate({argname}) (or stack them, then axis=None)"
         )
     if is_cupy(x):
         return da.from_array(x, chunks="auto", asarray=False)

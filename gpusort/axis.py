@@ -27,6 +27,7 @@ decoded from their order keys.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, Sequence
 
 import dask.array as da
@@ -64,6 +65,26 @@ def sort_along(keys: Sequence[da.Array], axis: int, *, descending: bool, positio
     return da.moveaxis(out, -1, axis)
 
 
+def with_empty_chunks(y: da.Array, chunks: tuple) -> da.Array:
+    """``y`` in ``chunks``: its own chunks with empty ones put back; an empty block is a neighbour's empty slice."""
+    where = []
+    for dim, sizes in zip(y.chunks, chunks):
+        index, taken = [], -1
+        for size in sizes:
+            taken += bool(size)
+            index.append((max(taken, 0), not size))
+        assert taken == len(dim) - 1, (dim, sizes)
+        where.append(index)
+    name = "chunks-" + tokenize(y, chunks)
+    dsk = {}
+    for block in np.ndindex(*[len(sizes) for sizes in chunks]):
+        source = [where[d][i] for d, i in enumerate(block)]
+        cut = tuple(slice(0, 0) if empty else slice(None) for _, empty in source)
+        dsk[(name, *block)] = (operator.getitem, (y.name, *[i for i, _ in source]), cut)
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[y])
+    return da.Array(graph, name, chunks, meta=y._meta)
+
+
 def _within(keys, descending, positions, backend):
     dtype = np.dtype(np.int64) if positions else keys[0].dtype
     return da.map_blocks(sort_rows, descending, positions, backend, *keys, dtype=dtype)
@@ -74,7 +95,9 @@ def _gather(keys, descending, positions, backend, block_elements):
     itemsize = sum(k.dtype.itemsize for k in keys)
     limit = max(block_elements, x.shape[-1]) * itemsize
     target = {x.ndim - 1: -1, **{d: "auto" for d in range(x.ndim - 1)}}
-    whole = [k.rechunk(target, block_size_limit=limit) for k in keys]
+    # "auto" chunks depend on the dtype: the first key's serve every key.
+    chunks = x.rechunk(target, block_size_limit=limit).chunks
+    whole = [k.rechunk(chunks) for k in keys]
     return _within(whole, descending, positions, backend).rechunk(x.chunks)
 
 

@@ -149,16 +149,20 @@ def test_lexsort_descending_is_largest_first_by_every_key():
 
 
 @pytest.mark.parametrize("ndim", [1, 2])
-def test_lexsort_output_chunks_are_the_last_keys_chunks(ndim):
+def test_lexsort_output_chunks(ndim):
+    """N-D: the last key's chunks; 1-D: as argsort's, balanced, as many as the last key has (or ``chunks=``)."""
     rng = np.random.default_rng(4)
     if ndim == 1:
-        shape, first, last = (60,), (7,), ((10, 0, 1, 49),)
+        shape, first, last, want = (60,), (7,), ((10, 0, 1, 49),), ((15, 15, 15, 15),)
     else:
         shape, first, last = (9, 40), (2, 9), ((4, 5), (0, 13, 27))
+        want = da.from_array(np.zeros(shape), chunks=last).chunks
     a, b = rng.integers(0, 4, shape), rng.integers(0, 4, shape).astype(np.float16)
     got = gpusort.lexsort([da.from_array(a, chunks=first), da.from_array(b, chunks=last)])
-    assert got.chunks == da.from_array(b, chunks=last).chunks
+    assert got.chunks == want
     np.testing.assert_array_equal(got.compute(), np.lexsort([a, b]))
+    if ndim == 1:
+        assert gpusort.lexsort([a, b], chunks=25).chunks == ((25, 25, 10),)
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1, -2])
