@@ -68,7 +68,8 @@ def main(argv=None) -> int:
             return np.asarray(a.get() if hasattr(a, "get") else a)
 
         def check_topk(x, y):
-            want = np.sort(host(x.compute()))[::-1][: args.k]
+            keys = host(x.compute())  # a partition, not a sort: the check must not outlast the cases
+            want = np.sort(np.partition(keys, len(keys) - args.k)[-args.k:])[::-1]
             np.testing.assert_array_equal(host(y.compute()), want)
 
         def check_unique(x, y):
