@@ -104,11 +104,12 @@ def _gather(keys, descending, positions, backend, block_elements):
 def sort_rows(descending: bool, positions: bool, backend: Any, *blocks: Any) -> Any:
     """Every row (last axis) of aligned key blocks sorted: the keys, or int64 positions along the row.
 
-    Host blocks on the CuPy backend sort on the GPU and come back to the host.
+    Host blocks on the CuPy backend sort on the GPU and come back to the host
+    (datetime64 and timedelta64 keys, which CuPy lacks, sort on the host).
     """
     on_host = isinstance(blocks[0], np.ndarray)
     name = getattr(backend, "name", backend)
-    if name == "cupy":
+    if name == "cupy" and not any(b.dtype.kind in "mM" for b in blocks):  # CuPy has no datetime64
         import cupy
 
         blocks = tuple(cupy.asarray(b) for b in blocks)
