@@ -88,5 +88,6 @@ def _to_records(*blocks: Any) -> Any:
 
 
 def _field(rec: Any, at: int, dtype: np.dtype) -> Any:
-    xp = namespace(rec)
-    return xp.ascontiguousarray(rec[:, at:at + dtype.itemsize]).view(dtype).reshape(len(rec))
+    # Always a copy: a record's field sits at any byte offset, and a GPU
+    # reading an int32 or float64 view of a misaligned address faults.
+    return rec[:, at:at + dtype.itemsize].copy().view(dtype).reshape(len(rec))
