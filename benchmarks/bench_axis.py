@@ -25,8 +25,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from distributed import wait
-from harness import Case, cluster, dask_keys, parse_args, run
+from harness import Case, cluster, dask_keys, on_backend, parse_args, persisted, run, to_host as host
 
 import gpusort
 from gpusort import runtime
@@ -60,31 +59,14 @@ def main(argv=None) -> int:
     args = parse_args(__doc__, argv, options, cluster=True)
     params = {"n": args.n, "dtype": args.dtype, "blocks": args.blocks, "backend": args.backend}
 
-    def device(x):
-        if args.backend == "cupy":
-            import cupy
-
-            x = x.map_blocks(cupy.asarray)
-        x = x.persist()
-        wait(x)
-        return x
-
-    def host(a):
-        return np.asarray(a.get() if hasattr(a, "get") else a)
-
     def keys_1d(rep):
-        return device(dask_keys(args.n, -(-args.n // args.blocks), args.dtype, "uniform", seed=rep))
+        return on_backend(dask_keys(args.n, -(-args.n // args.blocks), args.dtype, "uniform", seed=rep), args.backend)
 
     def keys_2d(shape, chunks):
         def setup(rep):
             x = dask_keys(math.prod(shape), chunks[0] * shape[1], args.dtype, "uniform", seed=rep)
-            return device(x.reshape(shape).rechunk(chunks))
+            return on_backend(x.reshape(shape).rechunk(chunks), args.backend)
         return setup
-
-    def persisted(y):
-        y = y.persist()
-        wait(y)
-        return y
 
     def check_1d(x, y):
         got = host(y.compute())

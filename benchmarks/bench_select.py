@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import dask.array as da
 import numpy as np
-from distributed import wait
-from harness import Case, cluster, parse_args, persisted_keys, run
+from harness import Case, cluster, dask_keys, on_backend, parse_args, persisted, run, to_host as host
 
 import gpusort
 from gpusort import runtime
@@ -48,24 +47,8 @@ def main(argv=None) -> int:
 
     with cluster(args):
         def keys(rep, distinct=None):
-            x = persisted_keys(args.n, chunk, args.dtype, "uniform", seed=rep)
-            if distinct:
-                x = x % distinct
-            if args.backend == "cupy":
-                import cupy
-
-                x = x.map_blocks(cupy.asarray)
-            x = x.persist()
-            wait(x)
-            return x
-
-        def persisted(y):
-            y = y.persist() if isinstance(y, da.Array) else [a.persist() for a in y]
-            wait(y)
-            return y
-
-        def host(a):
-            return np.asarray(a.get() if hasattr(a, "get") else a)
+            x = dask_keys(args.n, chunk, args.dtype, "uniform", seed=rep)
+            return on_backend(x % distinct if distinct else x, args.backend)
 
         def check_topk(x, y):
             keys = host(x.compute())  # a partition, not a sort: the check must not outlast the cases

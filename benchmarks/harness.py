@@ -106,11 +106,14 @@ __all__ = [
     "format_table",
     "gpusort_on_cluster",
     "make_keys",
+    "on_backend",
     "parse_args",
+    "persisted",
     "persisted_keys",
     "run",
     "summarize",
     "time_case",
+    "to_host",
 ]
 
 
@@ -479,6 +482,29 @@ def persisted_keys(n: int, chunk: int, dtype: Any, distribution: str, seed: int)
     x = dask_keys(n, chunk, dtype, distribution, seed=seed).persist()
     wait(x)
     return x
+
+
+def persisted(y: Any) -> Any:
+    """A Dask array (or a list of them) persisted on the current client and waited for."""
+    from distributed import wait
+
+    y = y.persist() if isinstance(y, da.Array) else [a.persist() for a in y]
+    wait(y)
+    return y
+
+
+def on_backend(x: da.Array, backend: str) -> da.Array:
+    """``x`` with CuPy chunks for ``backend="cupy"``, persisted: the input of a timed case."""
+    if backend == "cupy":
+        import cupy
+
+        x = x.map_blocks(cupy.asarray)
+    return persisted(x)
+
+
+def to_host(a: Any) -> np.ndarray:
+    """A computed result as a NumPy array, wherever it was computed."""
+    return np.asarray(a.get() if hasattr(a, "get") else a)
 
 
 def gpusort_on_cluster(**sort_kwargs: Any) -> Callable[[da.Array], tuple[da.Array, float]]:

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 
 import dask.array as da
 import numpy as np
+from dask.array.utils import meta_from_array
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
@@ -217,8 +218,6 @@ def _block_row(token, row_index, key_blocks, keys, layout, nrows, axis_chunks, s
 
 
 def _meta(like: Any, dtype: np.dtype, ndim: int | None = None) -> Any:
-    from dask.array.utils import meta_from_array
-
     return meta_from_array(like, ndim=like.ndim if ndim is None else ndim, dtype=dtype)
 
 

@@ -72,10 +72,6 @@ class Layout:
                 return np.dtype(f"u{size // 8}")
         return np.dtype(np.uint64)
 
-    @property
-    def element_bytes(self) -> int:
-        return self.dtype.itemsize * self.words
-
     def _offsets(self) -> list[int]:
         """Each column's first bit, counted from the most significant bit of the string."""
         return np.concatenate(([0], np.cumsum(self.widths)[:-1])).tolist()

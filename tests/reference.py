@@ -43,15 +43,8 @@ def make_keys(rng: np.random.Generator, dtype: str, n: int, pattern: str) -> np.
     else:
         info = np.iinfo(dt)
         x = rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
-    if pattern == "few" and n:
-        x = rng.choice(x[:3], n)
-    elif pattern == "equal" and n:
-        x = np.full(n, x[0])
-    elif pattern == "sorted":
-        x = np.sort(x)
-    elif pattern == "reversed":
-        x = np.sort(x)[::-1].copy()
-    elif pattern in ("extremes", "nan") and n:
+    x = _arranged(rng, x, pattern)
+    if pattern in ("extremes", "nan") and n:
         if dt.kind == "f":
             special = [np.nan, -0.0, 0.0, np.inf, -np.inf, np.finfo(dt).max, np.finfo(dt).min]
         elif dt.kind in "mM":
@@ -65,6 +58,20 @@ def make_keys(rng: np.random.Generator, dtype: str, n: int, pattern: str) -> np.
     return x
 
 
+def _arranged(rng: np.random.Generator, x: np.ndarray, pattern: str) -> np.ndarray:
+    """``x`` with the ties or runs of ``pattern``: few distinct, all equal, sorted or reversed."""
+    n = len(x)
+    if pattern == "few" and n:
+        return rng.choice(x[:3], n)
+    if pattern == "equal" and n:
+        return np.full(n, x[0])
+    if pattern == "sorted":
+        return np.sort(x)
+    if pattern == "reversed":
+        return np.sort(x)[::-1].copy()
+    return x
+
+
 def _make_complex(rng: np.random.Generator, dt: np.dtype, n: int, pattern: str) -> np.ndarray:
     """Complex keys: real parts from a few integers, so that the imaginary part often decides;
     the special patterns put NaN (either sign), ±0.0, ±inf and extremes in either part or both."""
@@ -72,15 +79,8 @@ def _make_complex(rng: np.random.Generator, dt: np.dtype, n: int, pattern: str) 
     x = np.empty(n, dt)
     x.real = rng.integers(-4, 5, n).astype(part)
     x.imag = (rng.standard_normal(n) * 1000).astype(part)
-    if pattern == "few" and n:
-        x = rng.choice(x[:3], n)
-    elif pattern == "equal" and n:
-        x = np.full(n, x[0])
-    elif pattern == "sorted":
-        x = np.sort(x)
-    elif pattern == "reversed":
-        x = np.sort(x)[::-1].copy()
-    elif pattern in ("extremes", "nan") and n:
+    x = _arranged(rng, x, pattern)
+    if pattern in ("extremes", "nan") and n:
         info = np.finfo(part)
         special = np.array([np.nan, -np.nan, -0.0, 0.0, np.inf, -np.inf, info.max, info.min], part)
         for which in ("real", "imag"):
