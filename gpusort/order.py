@@ -162,8 +162,42 @@ def _check_scheme(scheme: str) -> None:
         raise ValueError(f"scheme={scheme!r} is not an order-key scheme; use one of {SCHEMES}")
 
 
-class _Bits:
-    """The bit layout of one float width, as unsigned integer constants."""
+#: CUDA device functions for schemes ``"exact"`` and ``"tied"`` on a float's
+#: bits ``U`` (unsigned, the float's width): :func:`encode` and :func:`decode`
+#: in registers, with a :class:`FloatBits`' constants as arguments.  The
+#: preamble of fused CuPy kernels, which compute exactly what the array code
+#: here computes in several passes.
+EXACT_PREAMBLE = r"""
+template <class U> __device__ __forceinline__ U gpusort_all_if_top(U x) {
+  return ((x >> (8 * sizeof(U) - 1)) & 1) ? (U)~(U)0 : (U)0;
+}
+template <class U> __device__ __forceinline__ U gpusort_exact_key(U x, U sign, U nans, bool descending) {
+  U t = (U)(x ^ (gpusort_all_if_top(x) | sign));  // negatives flipped, positives' sign set
+  if (descending) t = (U)~t;
+  return (U)(t - nans);  // the NaNs at the bottom rotate to the top
+}
+template <class U> __device__ __forceinline__ U gpusort_tied_key(U x, U sign, U nans, U inf, U nan, bool descending) {
+  const U magnitude = (U)(x & (U)~sign);
+  x = magnitude == 0 ? (U)0 : magnitude > inf ? nan : x;  // one zero, one NaN
+  return gpusort_exact_key(x, sign, nans, descending);
+}
+template <class U> __device__ __forceinline__ U gpusort_exact_bits(U o, U sign, U nans, bool descending) {
+  U t = (U)(o + nans);
+  if (descending) t = (U)~t;
+  return (U)(t ^ ((U)~gpusort_all_if_top(t) | sign));  // a set top bit marks a non-negative key
+}
+"""
+
+
+class FloatBits:
+    """The bit layout of one float dtype, as unsigned integer constants.
+
+    Examples
+    --------
+    >>> b = FloatBits(np.dtype(np.float16))
+    >>> b.uint, hex(b.sign), hex(b.inf), int(b.nans)
+    (dtype('uint16'), '0x8000', '0x7c00', 1023)
+    """
 
     def __init__(self, dtype: np.dtype):
         self.uint = np.dtype(f"u{dtype.itemsize}")
@@ -182,13 +216,13 @@ class _Bits:
         return (u.view(self.int) >> self.shift).view(self.uint)
 
 
-def _flip_non_nan(x: Any, b: "_Bits") -> Any:
+def _flip_non_nan(x: Any, b: FloatBits) -> Any:
     """``x`` with the sign bit of every non-NaN flipped: descending order for scheme ``"float"``, and its inverse."""
     return (x.view(b.uint) ^ (b.sign * (x == x).astype(b.uint))).view(x.dtype)
 
 
 def _encode_float(keys: Any, descending: bool, scheme: Scheme) -> Any:
-    b = _Bits(keys.dtype)
+    b = FloatBits(keys.dtype)
     if scheme == "float":
         return _flip_non_nan(keys, b) if descending else keys
     u = keys.view(b.uint)
@@ -214,7 +248,7 @@ def _encode_float(keys: Any, descending: bool, scheme: Scheme) -> Any:
 
 
 def _decode_float(okeys: Any, dtype: np.dtype, descending: bool, scheme: Scheme) -> Any:
-    b = _Bits(dtype)
+    b = FloatBits(dtype)
     if scheme == "float":
         return _flip_non_nan(okeys, b).view(dtype) if descending else okeys
     t = okeys + b.nans

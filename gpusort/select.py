@@ -19,6 +19,9 @@ sort.  A round counts and compacts the keys above the pivot in one pass
 on the GPU (CuPy chunks: a fused kernel where each such key takes a slot by
 an atomic; elsewhere a compare, a sum and a boolean index): O(N) work plus
 a small sort, where a partition (``cupy.argpartition``) costs a full sort.
+A CuPy chunk's first round reads its raw keys and encodes them in
+registers, so the chunk's own order keys are never written: one read of
+the chunk where encoding first would add a write and a read.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def largest(okeys: Any, k: int, small: int = SMALL) -> Any:
     # Past 2k candidates a round pays; nearer k the pivot, aimed a few
     # standard deviations above the k-th key, would shave a key or two a round.
     while len(okeys) > max(small, 2 * k) and k > 0:
-        pivot = _pivot(okeys, k)
+        pivot = _pivot(okeys[:: _stride(len(okeys))], k, len(okeys))
         above, keys = _above(okeys, pivot, k)
         if keys is None:  # too many for one pass's room: a misleading sample
             keys = okeys[okeys > pivot]
@@ -89,34 +92,64 @@ def _above(okeys: Any, pivot: Any, k: int) -> tuple[int, Any]:
     a boolean index instead.
     """
     if is_cupy(okeys) and k <= ATOMIC_KEYS:
-        from gpusort.backends.cupy import keys_above
+        from gpusort.backends.cupy import encoded_beyond
 
-        return keys_above(okeys, pivot, ATOMIC_KEYS)
+        return encoded_beyond(okeys, pivot, False, ATOMIC_KEYS)  # integer order keys are their own
     mask = okeys > pivot
     return int(mask.sum()), okeys[mask]
 
 
-def _pivot(okeys: Any, k: int) -> Any:
-    """A key of ``okeys`` with about ``k`` plus three standard deviations of keys above it, as a 0-d array.
+def _pivot(sample: Any, k: int, n: int) -> Any:
+    """A key with about ``k`` plus three standard deviations of ``n`` keys above it, as a 0-d array.
 
-    Read from an evenly strided sample, sorted: sorted and reversed input
-    give exact quantiles, and a sample that misleads costs another round,
-    never a wrong answer.
+    Read from ``sample``, an evenly strided sample of the keys (the GPU path
+    samples raw keys and encodes only the sample), sorted here: sorted and
+    reversed input give exact quantiles, and a sample that misleads costs
+    another round, never a wrong answer.
     """
-    xp = namespace(okeys)
-    n = len(okeys)
-    sample = xp.sort(okeys[:: max(1, n // SAMPLE)])
+    sample = namespace(sample).sort(sample)
     expected = k * len(sample) / n  # sample keys above the k-th largest key
     rank = min(len(sample) - 1, math.ceil(expected + 3 * math.sqrt(expected) + 1))
     return sample[len(sample) - 1 - rank]
+
+
+def _stride(n: int) -> int:
+    """The sample's stride over ``n`` keys: about :data:`SAMPLE` keys."""
+    return max(1, n // SAMPLE)
 
 
 def extremes(block: Any, k: int, axis: Any = None, keepdims: bool = True) -> Any:
     """The order keys of ``block``'s ``k`` largest elements (``k < 0``: the ``-k`` smallest), in no order.
 
     Chunk step of :func:`gpusort.topk`'s reduction, on the input's elements.
+    CuPy chunks take :func:`_encoded_beyond` first, which never writes the
+    chunk's order keys: only the candidates'.
     """
+    if is_cupy(block) and len(block) > max(SMALL, 2 * abs(k)) and abs(k) <= ATOMIC_KEYS:
+        candidates = _encoded_beyond(block, k)
+        if candidates is not None:
+            return survivors(candidates, k)
     return survivors(order.encode(block, False, "exact"), k)
+
+
+def _encoded_beyond(block: Any, k: int) -> Any:
+    """Order keys of a few more than ``block``'s ``|k|`` extremes, in one pass over its raw keys; ``None`` if the pivot missed.
+
+    The first round of :func:`largest` without encoding the chunk: the
+    sample alone is encoded, and the fused pass
+    (:func:`gpusort.backends.cupy.encoded_beyond`) encodes each key in
+    registers, compares it with the pivot and keeps the order keys beyond it.
+    A pivot that leaves fewer than ``|k|`` keys beyond it, or more than the
+    pass has room for, returns ``None``: the caller then encodes the chunk
+    and selects as on any backend.
+    """
+    from gpusort.backends.cupy import encoded_beyond
+
+    n = len(block)
+    sample = order.encode(block[:: _stride(n)], False, "exact")
+    pivot = _pivot(sample if k > 0 else ~sample, abs(k), n)  # the smallest are the largest complemented
+    count, candidates = encoded_beyond(block, pivot, k < 0, ATOMIC_KEYS)
+    return candidates if candidates is not None and count >= abs(k) else None
 
 
 def survivors(okeys: Any, k: int, axis: Any = None, keepdims: bool = True) -> Any:

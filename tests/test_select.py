@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import gpusort
-from reference import KEY_DTYPES, ref_argsort
+from reference import CUPY_DTYPES, KEY_DTYPES, ref_argsort
 from test_special_values import CHUNKINGS, specials
 
 
@@ -162,3 +162,38 @@ def test_cupy_chunks_select_on_the_gpu():
         d = da.from_array(cupy.asarray(x), chunks=60_000, asarray=False)
         for k in (1, 100, -100, 5000):
             assert_topk(cupy.asnumpy(gpusort.topk(d, k).compute()), x, k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [d for d in CUPY_DTYPES if d in KEY_DTYPES])
+def test_cupy_chunks_select_from_raw_keys(dtype):
+    # Chunks past SMALL and 2|k|, so the first round encodes in the fused pass
+    # (select._encoded_beyond): every real dtype CuPy holds, special values
+    # spread through random keys and packed together in one chunk.
+    cupy = pytest.importorskip("cupy")
+    from gpusort import select
+
+    rng = np.random.default_rng(13)
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        noise = (rng.standard_normal(60_000) * 1000).astype(dt)
+    elif dt.kind == "b":
+        noise = rng.random(60_000) < 0.5
+    else:
+        info = np.iinfo(dt)
+        noise = rng.integers(info.min, info.max, 60_000, dtype=dt, endpoint=True)
+    x = noise.copy()
+    x[rng.choice(x.size, 2000, replace=False)] = np.resize(specials(dtype), 2000)
+    x[:10_000] = np.resize(specials(dtype), 10_000)
+    d = da.from_array(cupy.asarray(x), chunks=10_000, asarray=False)
+    for k in (1, 100, -100, 2000, -2000):
+        assert_topk(cupy.asnumpy(gpusort.topk(d, k).compute()), x, k)
+    if dt.itemsize >= 2 and dt.kind != "b":  # keys distinct enough that the fused pass decides, with no fallback
+        block = cupy.asarray(noise[:20_000])
+        for k in (100, -100):
+            got = select._encoded_beyond(block, k)
+            assert got is not None and len(got) >= abs(k)
+            okeys = gpusort.order.encode(noise[:20_000], False, "exact")
+            want = np.sort(okeys)[-k:] if k > 0 else np.sort(okeys)[:-k]
+            got = np.sort(cupy.asnumpy(select.survivors(got, k)))
+            np.testing.assert_array_equal(got, want)

@@ -30,7 +30,7 @@ import numpy as np
 
 import gpusort.gpu as gpu
 from gpusort import budget as plan
-from gpusort import kernels
+from gpusort import kernels, order
 from gpusort import staging
 from gpusort.backends import Pair
 
@@ -185,10 +185,10 @@ def _sort_wide(keys: Any, values: Any) -> Pair:
         return host.sort_run(keys, values)
     keys = _to_device(keys)
     if keys.ndim == 2:  # the words, least significant first, as lexsort takes them
-        order = gpu.lexsort(keys.T[::-1])
+        perm = gpu.lexsort(keys.T[::-1])
     else:
-        order = gpu.argsort(keys)
-    return keys[order], None if values is None else _to_device(values)[order]
+        perm = gpu.argsort(keys)
+    return keys[perm], None if values is None else _to_device(values)[perm]
 
 
 def _concatenate(runs: Sequence[Pair]) -> Pair:
@@ -316,23 +316,45 @@ def _staged(parts: Sequence[np.ndarray]) -> cupy.ndarray:
 
 
 @functools.cache
-def _above_kernel() -> cupy.ElementwiseKernel:
-    # Every key above the pivot takes the next slot; past the room they are
+def _beyond_kernel() -> cupy.ElementwiseKernel:
+    # Every key beyond the pivot takes the next slot; past the room they are
     # only counted.  The pivot makes them few, so the one counter is rarely busy.
     return cupy.ElementwiseKernel(
-        "T x, T pivot, uint64 room", "raw T out, raw uint64 slot",
-        "if (x > pivot) { unsigned long long at = atomicAdd(&slot[0], 1ULL); if (at < room) out[at] = x; }",
-        "gpusort_keys_above")
+        "U x, U pivot, bool is_float, U sign, U nans, bool complement, uint64 room",
+        "raw U out, raw uint64 slot",
+        """
+        const U o = is_float ? gpusort_exact_key(x, sign, nans, false) : x;
+        const U s = complement ? (U)~o : o;
+        if (s > pivot) {
+          const unsigned long long at = atomicAdd(&slot[0], 1ULL);
+          if (at < room) out[at] = o;
+        }
+        """,
+        "gpusort_encoded_beyond", preamble=order.EXACT_PREAMBLE)
 
 
-def keys_above(okeys: cupy.ndarray, pivot: Any, room: int) -> tuple[int, cupy.ndarray | None]:
-    """How many keys of ``okeys`` exceed ``pivot``, and those keys in no order if at most ``room``, else ``None``.
+def encoded_beyond(keys: cupy.ndarray, pivot: Any, complement: bool, room: int) -> tuple[int, cupy.ndarray | None]:
+    """How many of ``keys``' order keys lie beyond ``pivot``, and those order keys in no order if at most ``room``, else ``None``.
 
-    The count and compaction :func:`gpusort.select.largest` needs, in one pass
-    and without the scan that boolean indexing runs.
+    Order keys of scheme ``"exact"``, ascending (:func:`gpusort.order.encode`);
+    "beyond" is above, or below with ``complement`` (their complements above
+    ``pivot``'s).  Keys that are order keys already (integers) pass through.
+    The count and compaction :mod:`gpusort.select` needs, in one pass that
+    encodes in registers and needs no scan, as boolean indexing would.
     """
-    out = cupy.empty(min(room, okeys.size), okeys.dtype)
+    dtype = keys.dtype
+    if dtype.kind not in "iubf":
+        raise TypeError(f"keys of dtype {dtype}: encoded_beyond takes bool, integer or float keys")
+    if dtype.kind == "f":
+        b = order.FloatBits(dtype)
+        u, sign, nans = b.uint, b.sign, b.nans
+        bits = keys.view(u)
+    else:
+        bits = keys.view(np.uint8) if dtype.kind == "b" else keys
+        u = bits.dtype
+        sign = nans = u.type(0)
+    out = cupy.empty(min(room, keys.size), u)
     slot = cupy.zeros(1, np.uint64)
-    _above_kernel()(okeys, cupy.asarray(pivot, okeys.dtype), room, out, slot)
+    _beyond_kernel()(bits, cupy.asarray(pivot, u), dtype.kind == "f", sign, nans, bool(complement), room, out, slot)
     count = int(slot.get()[0])
     return count, (out[:count].copy() if count <= room else None)
