@@ -141,11 +141,11 @@ def lexsort(keys: cupy.ndarray | Sequence[cupy.ndarray], axis: int = -1, *,
 
     Parameters
     ----------
-    keys : sequence of cupy.ndarray, or cupy.ndarray of 2 or more dimensions
+    keys : sequence of cupy.ndarray, or cupy.ndarray of 1 or more dimensions
         Key arrays of one shape; dtypes may differ (bool, int8-64, uint8-64,
         float16/32/64, complex64/128).  ``keys[-1]`` is the primary key,
         ``keys[-2]`` breaks its ties, and so on.  An array's first axis
-        indexes the keys.
+        indexes the keys (a 1-D array is keys of one element, as in NumPy).
     axis : int
         The axis of the keys to sort along.
     descending : bool
@@ -318,6 +318,8 @@ def _sort_rows(rows: cupy.ndarray, descending: bool) -> cupy.ndarray:
     count, length = rows.shape
     if rows.size == 0 or length == 1:
         return rows.copy()
+    if count == 1 and rows.dtype in _BY_BITS:
+        return _sort_by_bits(rows.ravel(), descending).reshape(1, length)
     keys = _kernel_keys(rows)
     segment = _segment(count, length, keys.dtype, 0, descending)
     if segment is not None:
@@ -333,6 +335,74 @@ def _sort_rows(rows: cupy.ndarray, descending: bool) -> cupy.ndarray:
     return order.decode_column(keys_out, rows.dtype, descending, "exact").reshape(count, length)
 
 
+#: Floats whose 1-D sort runs on their exact order keys: the kernels compare
+#: float16 and float32 as sign-magnitude integers (kernels/order.cuh), several
+#: instructions a compare, so a float32 sort ran at 12.8 Gkeys/s where int32
+#: ran at 20.6 (2**28, H200).  float64 keeps the hardware compare, as fast as
+#: int64's.
+_BY_BITS = (np.dtype(np.float16), np.dtype(np.float32))
+
+
+def _sort_by_bits(keys: cupy.ndarray, descending: bool) -> cupy.ndarray:
+    """1-D float16/float32 keys sorted stably as their exact order keys (:mod:`gpusort.order`), in new memory.
+
+    A fused pass encodes, the integer sort runs, and a fused pass decodes in
+    place: the bits come back exactly.  Exact order keys order two kinds of
+    ties that the stable float order keeps in input order, ``-0.0`` against
+    ``0.0`` and NaNs of different bits; :func:`_restore_ties` puts those back.
+    """
+    b = order.FloatBits(keys.dtype)
+    exact, _, decode = _float_kernels()
+    out, _ = kernels.mergesort(exact(keys.view(b.uint), b.sign, b.nans, descending), overwrite_input=True)
+    _restore_ties(out, keys, descending)
+    return decode(out, b.sign, b.nans, descending, out).view(keys.dtype)
+
+
+def _restore_ties(out: cupy.ndarray, keys: cupy.ndarray, descending: bool) -> None:
+    """The zeros and the NaNs among ``out``, the sorted exact order keys of ``keys``, rewritten in input order.
+
+    Both zeros' order keys are adjacent and every NaN's lies at the top, so
+    one search finds the two groups.  A group is rewritten only where it
+    holds different bits (both zeros; NaNs of different payloads or signs),
+    by a stable compaction of the input's members: keys without such ties
+    pay one search of four needles.
+    """
+    b = order.FloatBits(keys.dtype)
+    zero = np.sort(order.encode(np.array([0.0, -0.0], keys.dtype), descending, "exact"))[0]
+    first_nan = (1 << 8 * keys.itemsize) - 2 * int(b.nans)  # the NaNs' order keys are the top ones
+    needles = cupy.asarray(np.array([zero, zero + 1, zero + 2, first_nan], b.uint))
+    lo, mid, hi, nans_at = cupy.searchsorted(out, needles).get().tolist()
+    exact, _, _ = _float_kernels()
+    bits = keys.view(b.uint)
+    if lo < mid < hi:  # both zeros
+        out[lo:hi] = exact(bits[(bits & b.magnitude) == 0], b.sign, b.nans, descending)
+    if out.size - nans_at > 1:
+        first, last = out[cupy.asarray([nans_at, out.size - 1])].get().tolist()
+        if first != last:  # NaNs of more than one bit pattern
+            out[nans_at:] = exact(bits[(bits & b.magnitude) > b.inf], b.sign, b.nans, descending)
+
+
+def _tied_keys(keys: cupy.ndarray, descending: bool) -> cupy.ndarray:
+    """Order keys of scheme ``"tied"`` for float16/float32 ``keys`` (any shape), in one fused pass."""
+    b = order.FloatBits(keys.dtype)
+    _, tied, _ = _float_kernels()
+    return tied(keys.view(b.uint), b.sign, b.nans, b.inf, b.canonical_nan, descending)
+
+
+@functools.cache
+def _float_kernels() -> tuple[cupy.ElementwiseKernel, cupy.ElementwiseKernel, cupy.ElementwiseKernel]:
+    """Fused passes from a float's bits to its exact and tied order keys, and back (:data:`gpusort.order.EXACT_PREAMBLE`)."""
+    def kernel(params, body, name):
+        return cupy.ElementwiseKernel(params, "U out", f"out = {body};", name, preamble=order.EXACT_PREAMBLE)
+
+    return (kernel("U x, U sign, U nans, bool descending", "gpusort_exact_key(x, sign, nans, descending)",
+                   "gpusort_exact_key"),
+            kernel("U x, U sign, U nans, U inf, U nan, bool descending",
+                   "gpusort_tied_key(x, sign, nans, inf, nan, descending)", "gpusort_tied_key"),
+            kernel("U o, U sign, U nans, bool descending", "gpusort_exact_bits(o, sign, nans, descending)",
+                   "gpusort_exact_bits"))
+
+
 def _argsort_rows(keys: list[cupy.ndarray], descending: bool) -> cupy.ndarray:
     """int64 positions within each row that sort ``(R, L)`` key arrays of one shape, most significant first."""
     count, length = keys[0].shape
@@ -342,10 +412,14 @@ def _argsort_rows(keys: list[cupy.ndarray], descending: bool) -> cupy.ndarray:
     if packed is not None:
         return packed
     if len(keys) == 1 and keys[0].dtype not in _COMPLEX:
-        kernel_keys = _kernel_keys(keys[0])
-        segment = _segment(count, length, kernel_keys.dtype, 4, descending)
+        # float16/32 as tied order keys, sorted ascending: integer compares,
+        # and ties (both zeros, every NaN) keep their input order.
+        by_bits = keys[0].dtype in _BY_BITS
+        kernel_keys = _tied_keys(keys[0], descending) if by_bits else _kernel_keys(keys[0])
+        direction = descending and not by_bits
+        segment = _segment(count, length, kernel_keys.dtype, 4, direction)
         if segment is not None:
-            return _segmented(kernel_keys, segment, descending, positions=True)
+            return _segmented(kernel_keys, segment, direction, positions=True)
     # Scheme "tied": both zeros and every NaN tie, and keep their input order.
     layout, okeys = _pack(keys, descending, "tied")
     if layout.words == 1:
@@ -368,24 +442,59 @@ def _packed_positions(keys: list[cupy.ndarray], descending: bool) -> cupy.ndarra
     """
     count, length = keys[0].shape
     widths = [w for k in keys for w in order.key_widths(k.dtype, descending)]
-    if sum(widths) + composite.row_bits(length) > composite.WORD:
-        return None  # before any encoding: wide keys take the key-value sort
-    columns = [c for k in keys for c in order.key_columns(k.ravel(), descending, "tied")[0]]
-    if len(columns) != 1:  # several keys: one packed column first (rare enough for the unfused pack)
-        layout = composite.Layout(tuple(widths))
-        columns, widths = [layout.pack(columns)], [8 * layout.dtype.itemsize]
     index = composite.row_bits(length)
-    rowwise = composite.Layout((widths[0], index))
+    if sum(widths) + index > composite.WORD:
+        return None  # before any encoding: wide keys take the key-value sort
+    # Several keys are packed into one column first (rare enough for the unfused pack).
+    key_bits = widths[0] if len(widths) == 1 else 8 * composite.Layout(tuple(widths)).dtype.itemsize
+    rowwise = composite.Layout((key_bits, index))
     segment = _segment(count, length, rowwise.dtype, 0, False) if rowwise.bits <= composite.WORD else None
-    if segment is not None:
-        packed = _with_positions(columns[0], rowwise, length, 0).reshape(count, length)
-        out = _segmented(packed, segment, False, positions=False).ravel()
-    else:
-        rowwise = composite.Layout((composite.row_bits(count), widths[0], index))
+    if segment is None:
+        rowwise = composite.Layout((composite.row_bits(count), key_bits, index))
         if rowwise.bits > composite.WORD:
             return None
-        out, _ = kernels.mergesort(_with_positions(columns[0], rowwise, length, 1))
+    elif len(keys) == 1 and keys[0].dtype not in _COMPLEX and not _packing_pays(
+            count, length, segment, rowwise.dtype, _kernel_keys(keys[0]).dtype, descending):
+        return None
+    columns = [c for k in keys for c in _tied_columns(k.ravel(), descending)]
+    if len(columns) != 1:
+        columns = [composite.Layout(tuple(widths)).pack(columns)]
+    packed = _with_positions(columns[0], rowwise, length, 0 if segment is not None else 1)
+    if segment is not None:
+        out = _segmented(packed.reshape(count, length), segment, False, positions=False).ravel()
+    else:
+        out, _ = kernels.mergesort(packed)
     return _positions_of(out, rowwise).reshape(count, length)
+
+
+def _tied_columns(keys: cupy.ndarray, descending: bool) -> list[cupy.ndarray]:
+    """:func:`gpusort.order.key_columns` of scheme ``"tied"``, float16/32 in one fused pass."""
+    if keys.dtype in _BY_BITS:
+        return [_tied_keys(keys, descending)]
+    return order.key_columns(keys, descending, "tied")[0]
+
+
+#: How many more passes a packed argsort may take than the key-value one and
+#: still win: its passes are keys-only, about 1.4x cheaper than passes that
+#: gather positions (argsort int32 2**27: packed, 15 passes, 10.3 Gkeys/s;
+#: key-value, 14 passes, 8.05), but rows of 16384 float32 packed into 8 bytes
+#: take 2 passes where the key-value sort takes 1 (3.96x against 5.93x
+#: ``cupy.argsort``, benchmarks/NOTES.md, version 5).
+PACKED_PASSES = 1.3
+
+
+def _packing_pays(count: int, length: int, segment: int, packed: np.dtype, key: np.dtype,
+                  descending: bool) -> bool:
+    """Whether a segmented sort of packed (key, position) words beats the key-value argsort of ``key`` rows."""
+    kv_segment = _segment(count, length, key, 4, descending)
+    if kv_segment is None:
+        return True
+
+    def passes(segment, dtype, value_size):
+        tiles = -(-segment // kernels.kernels(dtype, value_size, False).nv)
+        return (tiles - 1).bit_length()
+
+    return passes(segment, packed, 0) <= PACKED_PASSES * passes(kv_segment, key, 4)
 
 
 @functools.cache
@@ -556,12 +665,10 @@ def _check_keys(x, name: str, complex_ok: bool = False) -> None:
 def _check_lexsort_keys(keys) -> list[cupy.ndarray]:
     """lexsort's keys as a list of CuPy arrays of one shape, or the error that says the fix."""
     if isinstance(keys, cupy.ndarray):
-        if keys.ndim < 2:
-            raise ValueError(
-                f"keys is a {keys.ndim}-D array; lexsort takes a sequence of key arrays or an array "
-                "whose first axis indexes the keys: pass [keys] (one key) or keys[None]"
-            )
-        keys = list(keys)
+        if keys.ndim == 0:
+            raise ValueError("keys is a 0-D array; lexsort takes a sequence of key arrays or an array "
+                             "whose first axis indexes the keys: pass [keys] (one key)")
+        keys = list(keys)  # a 1-D array is keys of one element each, as NumPy takes it
     elif isinstance(keys, np.ndarray) or not isinstance(keys, Sequence):
         kind = f"{type(keys).__module__}.{type(keys).__qualname__}"
         raise TypeError(f"keys must be a sequence of cupy.ndarray or a cupy.ndarray, not {kind}: "

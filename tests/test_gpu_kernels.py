@@ -103,6 +103,23 @@ def test_sort_argsort_pairs_every_size_and_pattern(dtype, descending, rng):
 
 
 @pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_float_sort_by_bits_keeps_tie_order(dtype, descending, rng):
+    # gpu._sort_by_bits sorts exact order keys, which order -0.0 before 0.0
+    # and NaNs by their bits; the stable order keeps both kinds of ties in
+    # input order.  Every subset of the tied bit patterns, over several tiles.
+    u = np.dtype(f"u{np.dtype(dtype).itemsize}")
+    nan, sign = int(np.array(np.nan, dtype).view(u)), 1 << (8 * u.itemsize - 1)
+    tied = np.array([nan, nan | 1, nan | sign, (nan | sign) + 3, 0, sign], u).view(dtype)
+    n = 3 * tile(dtype) + 5
+    for subset in ([4, 5], [0, 1], [0, 2, 3], [4], [0], [0, 1, 2, 3, 4, 5]):
+        x = (rng.standard_normal(n) * 3).astype(dtype)
+        hit = rng.random(n) < 0.3
+        x[hit] = rng.choice(tied[subset], int(hit.sum()))
+        assert_same(gpu.sort(cupy.asarray(x), descending=descending), x[ref_argsort(x, descending)])
+
+
+@pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
 @pytest.mark.parametrize("dtype", KEY_DTYPES, ids=str)
 def test_large_sort_many_passes(dtype, descending, rng):
     n = 2**20 + 7

@@ -176,7 +176,7 @@ def test_every_dtype_short_rows(cp, dtype, descending, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
 def test_argsort_packs_positions_under_narrow_keys(cp, descending, rng):
-    """Keys and positions in one word where they fit (one row, long rows, short rows); 64-bit keys do not."""
+    """Keys and positions in one word where they fit and save passes (one row, long rows, short rows)."""
     cupy, gpu = cp
     cases = [("int32", (2**20 + 3,)), ("float32", (3, 70001)), ("uint8", (5000, 40)), ("float16", (2, 2**17)),
              ("bool", (7, 9000))]
@@ -189,6 +189,11 @@ def test_argsort_packs_positions_under_narrow_keys(cp, descending, rng):
     wide = cupy.asarray(make_keys("int64", (3, 5000), "few", rng))
     assert gpu._packed_positions([wide], descending) is None
     check_sort_argsort(cupy, gpu, cupy.asnumpy(wide), -1, descending)
+    # Rows of 16384 float32: packed, 8-byte words on the smaller tile take two
+    # passes where the key-value sort takes one, so the key-value sort runs.
+    long_rows = make_keys("float32", (2, 16384), "special", rng)
+    assert gpu._packed_positions([cupy.asarray(long_rows)], descending) is None
+    check_sort_argsort(cupy, gpu, long_rows, -1, descending)
 
 
 @pytest.mark.gpu
@@ -326,5 +331,7 @@ def test_errors_name_the_argument_and_the_fix(cp):
         gpu.lexsort([cupy.zeros(3), np.zeros(3)])
     with pytest.raises(TypeError, match=r"keys must be a sequence of cupy.ndarray or a cupy.ndarray, not numpy.ndarray"):
         gpu.lexsort(np.zeros((2, 3)))
-    with pytest.raises(ValueError, match=r"keys is a 1-D array.*pass \[keys\]"):
-        gpu.lexsort(cupy.zeros(3))
+    with pytest.raises(ValueError, match=r"keys is a 0-D array.*pass \[keys\]"):
+        gpu.lexsort(cupy.zeros(()))
+    # NumPy reads a 1-D array as keys of one element each: one position, 0.
+    assert gpu.lexsort(cupy.asarray([5.5, 7.0, 1.0])).tolist() == np.lexsort(np.array([5.5, 7.0, 1.0])).tolist() == 0
