@@ -207,8 +207,8 @@ def print_goals(path) -> None:
 def print_breakdown(log2_n: int, repeat: int) -> None:
     """Kernel time alone (buffers allocated beforehand): the blocksort and the last merge pass.
 
-    The harness frees CuPy's pool before each timed run, so its times include
-    cudaMalloc of the outputs; these do not, and give each kernel's bandwidth.
+    The harness's times include every launch, allocation from CuPy's warm
+    pool and the passes' partitions; these are each kernel alone.
     """
     import cupy
 
