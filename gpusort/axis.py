@@ -60,7 +60,7 @@ def sort_along(keys: Sequence[da.Array], axis: int, *, descending: bool, positio
     """
     moved = [da.moveaxis(k, axis, -1) for k in keys]
     x = moved[0]
-    if x.numblocks[-1] == 1 or x.size == 0:
+    if x.numblocks[-1] == 1:  # (empty keys never get here: api._sort_any answers them)
         out = _within(moved, descending, positions, backend)
     else:
         element = sum(k.dtype.itemsize for k in moved) + (8 if positions else 0)
