@@ -221,26 +221,28 @@ def sort_by_key(
     return (tuple(sorted_keys) if several else sorted_keys[0]), sorted_values
 
 
-def topk(x: Any, k: int, *, split_every: int | None = None) -> da.Array:
-    """The ``k`` largest keys of ``x``, largest first (``k < 0``: the ``-k`` smallest, smallest first), lazily.
+def topk(x: Any, k: int, axis: int | None = -1, split_every: int | None = None) -> da.Array:
+    """The ``k`` largest keys of ``x`` along ``axis``, largest first (``k < 0``: the ``-k`` smallest, smallest first), lazily.
 
-    ``dask.array.topk``'s semantics for 1-D ``x``: NaN (and NaT) count as the
-    largest keys, as in NumPy's order.  Exact, in the input's bits, and
-    without sorting ``x``: each chunk keeps its ``|k|`` extremes by a
-    linear-time sample select (on the GPU for CuPy chunks), and only those
-    are selected again and sorted (:mod:`gpusort.select`).
+    ``dask.array.topk``'s semantics and signature: NaN (and NaT) count as
+    the largest keys, as in NumPy's order.  Exact, in the input's bits, and
+    without sorting ``x``: each chunk keeps the ``|k|`` extremes of each row
+    (a linear-time sample select, on the GPU for 1-D CuPy chunks), and only
+    those are selected again and sorted (:mod:`gpusort.select`).
 
     Parameters
     ----------
     x : dask.array.Array or array-like
-        1-D keys, of a dtype :func:`sort` takes.
+        Keys of a real dtype :func:`sort` takes, any number of dimensions.
     k : int
-        How many, nonzero, at most ``len(x)``; its sign picks the end.
+        How many, nonzero, at most the length of ``axis``; its sign picks the end.
+    axis : int or None
+        The axis to select along (each row on its own); ``None`` flattens ``x``.
     split_every : int, optional
-        Chunks' survivors combined per step of the tree; by default as many
-        as make about :data:`gpusort.select.COMBINE_KEYS` keys, so a few
-        hundred chunks take one step (every step is a task, and the
-        survivors are small).
+        Survivors of how many tasks one step of the tree combines; by
+        default as many as make about :data:`gpusort.select.COMBINE_KEYS`
+        keys, so a few hundred chunks take one step.  Neighbouring chunks
+        are first batched into tasks of up to :func:`gpusort.graph.task_bytes`.
 
     Examples
     --------
@@ -248,18 +250,31 @@ def topk(x: Any, k: int, *, split_every: int | None = None) -> da.Array:
     >>> x = da.from_array([5.0, float("nan"), 1.0, 4.0, 2.0], chunks=2)
     >>> gpusort.topk(x, 2).compute(), gpusort.topk(x, -2).compute()
     (array([nan,  5.]), array([1., 2.]))
+    >>> gpusort.topk(da.from_array([[3, 1, 2], [0, 9, 4]], chunks=1), 1, axis=0).compute()
+    array([[3, 9, 4]])
     """
     from gpusort import select
 
-    x = _as_keys(x, -1, "x")
+    x = as_dask(x, "x")
+    order.check_key_dtype(x.dtype, "x")
+    _check_known_chunks(x, "x")
+    if axis is None:
+        x, axis = _as_keys(x, None, "x"), 0
+    elif x.ndim == 0:
+        raise ValueError(f"axis={axis!r} is out of bounds for 0-d x; use axis=None (a 1-element x)")
+    axis = _check_axis(axis, x.ndim, "x")
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k == 0:
         raise TypeError(f"k must be a nonzero int (k > 0: largest, k < 0: smallest); got {k!r}")
-    if abs(k) > x.shape[0]:
-        raise ValueError(f"k={k} asks for more keys than x holds ({x.shape[0]}); use |k| <= {x.shape[0]}")
-    return select.topk(x, int(k), split_every)
+    if abs(k) > x.shape[axis]:
+        raise ValueError(f"k={k} asks for more keys than axis {axis} of x holds ({x.shape[axis]}); "
+                         f"use |k| <= {x.shape[axis]}")
+    if split_every is not None and (isinstance(split_every, bool) or not isinstance(split_every, numbers.Integral)
+                                    or split_every < 2):
+        raise ValueError(f"split_every={split_every!r}; use an int of at least 2, or None")
+    return select.topk(x, int(k), axis, split_every)
 
 
-def searchsorted(sorted_x: Any, v: Any, *, side: str = "left") -> da.Array:
+def searchsorted(sorted_x: Any, v: Any, side: str = "left", sorter: Any = None) -> da.Array:
     """Global positions where ``v`` would go in the sorted 1-D ``sorted_x``, lazily: ``np.searchsorted`` over chunks.
 
     ``sorted_x`` is sorted ascending in NumPy's order (NaN last), as
@@ -268,12 +283,19 @@ def searchsorted(sorted_x: Any, v: Any, *, side: str = "left") -> da.Array:
     position (before equal keys), ``"right"``: after them.  Positions index
     the whole array, as ``np.searchsorted(sorted_x.compute(), v)`` would: each
     needle is routed to the one chunk it must search (:mod:`gpusort.search`);
-    NaN needles go after every number.
+    NaN needles go after every number.  ``sorter``, as NumPy's: integer
+    positions that sort ``sorted_x`` (as :func:`argsort` returns them), so
+    that ``sorted_x[sorter]`` is what is searched (Dask's gather: every chunk
+    of ``sorted_x`` meets every chunk of ``sorter``; search :func:`sort`'s
+    output instead where you can).
 
     Examples
     --------
     >>> import dask.array as da, gpusort
-    >>> s = gpusort.sort(da.from_array([5, 1, 3, 3, 9], chunks=2))
+    >>> x = da.from_array([5, 1, 3, 3, 9], chunks=2)
+    >>> gpusort.searchsorted(x, [3, 4], sorter=gpusort.argsort(x)).compute()
+    array([1, 3])
+    >>> s = gpusort.sort(x)
     >>> gpusort.searchsorted(s, [3, 4, 10]).compute()
     array([1, 3, 5])
     >>> int(gpusort.searchsorted(s, 3, side="right").compute())
@@ -282,6 +304,13 @@ def searchsorted(sorted_x: Any, v: Any, *, side: str = "left") -> da.Array:
     from gpusort import search
 
     x = _as_keys(sorted_x, 0, "sorted_x")
+    if sorter is not None:
+        sorter = as_dask(sorter, "sorter")
+        if sorter.shape != x.shape or sorter.dtype.kind not in "iu":
+            raise ValueError(f"sorter is {sorter.ndim}-D {sorter.dtype} of shape {sorter.shape}; it must hold "
+                             f"the integer positions that sort sorted_x ({x.shape[0]} of them, as argsort returns)")
+        _check_known_chunks(sorter, "sorter")
+        x = x[sorter]
     if side not in ("left", "right"):
         raise ValueError(f"side={side!r}; use 'left' or 'right'")
     needles = as_dask(np.asarray(v) if np.isscalar(v) else v, "v")

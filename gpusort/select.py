@@ -1,11 +1,12 @@
 """Selection: the ``k`` largest or smallest keys of a Dask array, without sorting it.
 
-A tree reduction (Dask's ``da.reduction``): every chunk keeps its ``|k|``
-extreme *order keys* (:mod:`gpusort.order`, scheme ``"exact"``), neighbours'
-survivors are selected again, and the last ``|k|`` are sorted and decoded.
-Order keys make the selection an integer one and NaN the largest key, as
-NumPy's order has it; being a bijection, equal order keys are equal bits, so
-the result is exact, in the input's bits, without carrying the elements.
+A tree reduction along the axis: every chunk keeps its ``|k|`` extreme
+*order keys* (:mod:`gpusort.order`, scheme ``"exact"``) in each row, the
+survivors of neighbouring chunks are selected again, and the last ``|k|``
+are sorted and decoded.  Order keys make the selection an integer one and
+NaN the largest key, as NumPy's order has it; being a bijection, equal order
+keys are equal bits, so the result is exact, in the input's bits, without
+carrying the elements.
 
 Each selection (:func:`largest`) is a sample select with a three-way
 partition: a pivot drawn from a sample of the keys, the keys above it counted
@@ -27,6 +28,7 @@ the chunk where encoding first would add a write and a read.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from typing import Any
 
@@ -118,18 +120,19 @@ def _stride(n: int) -> int:
     return max(1, n // SAMPLE)
 
 
-def extremes(block: Any, k: int, axis: Any = None, keepdims: bool = True) -> Any:
-    """The order keys of ``block``'s ``k`` largest elements (``k < 0``: the ``-k`` smallest), in no order.
+def extremes(block: Any, k: int, axis: int = 0) -> Any:
+    """The order keys of ``block``'s ``k`` largest elements along ``axis`` (``k < 0``: the ``-k`` smallest), in no order.
 
     Chunk step of :func:`gpusort.topk`'s reduction, on the input's elements.
-    CuPy chunks take :func:`_encoded_beyond` first, which never writes the
-    chunk's order keys: only the candidates'.
+    1-D CuPy chunks take :func:`_encoded_beyond` first, which never writes
+    the chunk's order keys: only the candidates'.
     """
-    if is_cupy(block) and len(block) > max(SMALL, 2 * abs(k)) and abs(k) <= ATOMIC_KEYS:
+    if (is_cupy(block) and block.ndim == 1 and len(block) > max(SMALL, 2 * abs(k))
+            and abs(k) <= ATOMIC_KEYS):
         candidates = _encoded_beyond(block, k)
         if candidates is not None:
             return survivors(candidates, k)
-    return survivors(order.encode(block, False, "exact"), k)
+    return survivors(order.encode(block, False, "exact"), k, axis)
 
 
 def _encoded_beyond(block: Any, k: int) -> Any:
@@ -152,16 +155,24 @@ def _encoded_beyond(block: Any, k: int) -> Any:
     return candidates if candidates is not None and count >= abs(k) else None
 
 
-def survivors(okeys: Any, k: int, axis: Any = None, keepdims: bool = True) -> Any:
-    """The ``k`` largest (``k < 0``: ``-k`` smallest) of order keys, in no order: the combine step."""
-    if abs(k) >= len(okeys):
+def survivors(okeys: Any, k: int, axis: int = 0) -> Any:
+    """The ``k`` largest (``k < 0``: ``-k`` smallest) of order keys along ``axis``, in no order: the combine step.
+
+    1-D keys take :func:`largest`'s sample select; the rows of N-D keys a
+    partition along ``axis`` (NumPy's and CuPy's introselect), also linear.
+    """
+    n = okeys.shape[axis]
+    if abs(k) >= n:
         return okeys
-    # The smallest keys are the largest of the complemented keys.
-    return largest(okeys, k) if k > 0 else ~largest(~okeys, -k)
+    if okeys.ndim == 1:  # the smallest keys are the largest of the complemented keys
+        return largest(okeys, k) if k > 0 else ~largest(~okeys, -k)
+    kept = slice(n - k, n) if k > 0 else slice(0, -k)
+    parted = namespace(okeys).partition(okeys, kept.start if k > 0 else -k - 1, axis=axis)
+    return parted[(slice(None),) * axis + (kept,)]
 
 
-def ranked(okeys: Any, k: int, dtype: Any, axis: Any = None, keepdims: bool = True) -> Any:
-    """:func:`survivors`, sorted and decoded to ``dtype``: largest first for ``k > 0``, smallest first for ``k < 0``.
+def ranked(okeys: Any, k: int, dtype: Any, axis: int = 0) -> Any:
+    """:func:`survivors`, sorted along ``axis`` and decoded to ``dtype``: largest first for ``k > 0``, smallest first for ``k < 0``.
 
     The aggregate step of :func:`gpusort.topk`'s reduction.
 
@@ -173,17 +184,60 @@ def ranked(okeys: Any, k: int, dtype: Any, axis: Any = None, keepdims: bool = Tr
     array([nan,  3.])
     """
     xp = namespace(okeys)
-    values = order.decode(xp.sort(survivors(okeys, k)), dtype, False, "exact")
-    return values[::-1] if k > 0 else values
+    values = order.decode(xp.sort(survivors(okeys, k, axis), axis=axis), dtype, False, "exact")
+    return xp.flip(values, axis=axis) if k > 0 else values
 
 
-def topk(x: da.Array, k: int, split_every: int | None) -> da.Array:
-    """The reduction graph of :func:`gpusort.topk` over the 1-D keys ``x``."""
-    if split_every is None:  # no more than the chunks: Dask builds a tuple of split_every slots per step
-        split_every = max(2, min(x.numblocks[0], COMBINE_KEYS // abs(k)))
-    return da.reduction(
-        x, chunk=functools.partial(extremes, k=k), combine=functools.partial(survivors, k=k),
-        aggregate=functools.partial(ranked, k=k, dtype=x.dtype), axis=0, keepdims=True,
-        dtype=x.dtype, split_every=split_every, output_size=abs(k), concatenate=True,
-        meta=x._meta, name="topk",
-    )
+def _step(*parts: Any, k: int, axis: int, chunks: bool, dtype: Any = None) -> Any:
+    """One task of :func:`topk`'s tree: the survivors of ``parts`` joined along ``axis``, or the ranked answer.
+
+    ``chunks``: the parts are input blocks, whose extremes are taken first
+    (the chunk step); ``dtype``: this is the last task, which ranks and
+    decodes (the aggregate step).
+    """
+    if chunks:
+        parts = [extremes(p, k, axis) for p in parts]
+    okeys = parts[0] if len(parts) == 1 else namespace(parts[0]).concatenate(parts, axis=axis)
+    return survivors(okeys, k, axis) if dtype is None else ranked(okeys, k, dtype, axis)
+
+
+def topk(x: da.Array, k: int, axis: int, split_every: int | None) -> da.Array:
+    """The reduction graph of :func:`gpusort.topk` along ``axis`` (non-negative) of ``x``.
+
+    A tree reduction, Dask's shape written out so that its first step can
+    take several chunks a task: neighbouring blocks along ``axis`` are
+    batched up to :func:`gpusort.graph.task_bytes` (as the sort's runs are),
+    because each task costs the scheduler about as much as a GPU takes to
+    select from half a GiB of keys.  Then ``split_every`` survivors a task
+    until one task is left, which ranks them; a single batch is that task.
+    """
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    from gpusort import graph
+
+    width = math.prod(max(c, default=0) for d, c in enumerate(x.chunks) if d != axis)
+    element = x.dtype.itemsize * max(width, 1)
+    groups = graph.task_groups(x.chunks[axis], element,
+                               graph.task_bytes(x.nbytes, is_cupy(x._meta)))
+    if split_every is None:  # survivors of about COMBINE_KEYS keys a task
+        split_every = max(2, COMBINE_KEYS // (abs(k) * max(width, 1)))
+    name = "topk-" + tokenize(x.name, k, axis, split_every, groups)
+    dsk: dict = {}
+    for line in itertools.product(*(range(n) for d, n in enumerate(x.numblocks) if d != axis)):
+        def at(i: int) -> tuple:
+            return (*line[:axis], i, *line[axis:])
+
+        level = [[(x.name, *at(i)) for i in range(a, b)] for a, b in groups]
+        first, depth = True, 0
+        while len(level) > 1:
+            keys = []
+            for j, parts in enumerate(level):
+                key = (f"{name}-{depth}", *line, j)
+                dsk[key] = (functools.partial(_step, k=k, axis=axis, chunks=first), *parts)
+                keys.append(key)
+            level = [keys[j:j + split_every] for j in range(0, len(keys), split_every)]
+            first, depth = False, depth + 1
+        dsk[(name, *at(0))] = (functools.partial(_step, k=k, axis=axis, chunks=first, dtype=x.dtype), *level[0])
+    chunks = tuple((min(abs(k), x.shape[d]),) if d == axis else c for d, c in enumerate(x.chunks))
+    return da.Array(HighLevelGraph.from_collections(name, dsk, dependencies=[x]), name, chunks, meta=x._meta)

@@ -35,7 +35,26 @@ def test_hundreds_of_chunks_needles_of_any_shape_and_lazy():
     assert gpusort.searchsorted(np.array([], np.int64), [3, 4]).compute().tolist() == [0, 0]
 
 
+@pytest.mark.filterwarnings("ignore:Increasing number of chunks:dask.array.core.PerformanceWarning")
+def test_sorter_and_side_as_numpy_takes_them():
+    rng = np.random.default_rng(4)
+    x = np.where(rng.random(3000) < 0.05, np.nan, rng.integers(0, 50, 3000).astype(np.float64))
+    sorter = np.argsort(x, kind="stable")  # the oracle's, not gpusort's
+    needles = np.concatenate([np.arange(-1, 52, 0.5), [np.nan]])
+    d = da.from_array(x, chunks=(250,))
+    for side in ("left", "right"):
+        want = np.searchsorted(x, needles, side, sorter)
+        for given in (da.from_array(sorter, chunks=(700,)), sorter, gpusort.argsort(d)):
+            got = gpusort.searchsorted(d, da.from_array(needles, chunks=17), side, given)
+            np.testing.assert_array_equal(got.compute(), want)
+    np.testing.assert_array_equal(x[sorter], np.sort(x))  # nothing the user passed is modified
+
+
 def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match=r"sorter is 1-D float64 .* it must hold the integer positions"):
+        gpusort.searchsorted(np.arange(3), 1, sorter=np.ones(3))
+    with pytest.raises(ValueError, match=r"sorter is 1-D int64 of shape \(2,\).*\(3 of them"):
+        gpusort.searchsorted(np.arange(3), 1, sorter=np.arange(2))
     with pytest.raises(ValueError, match=r"side='middle'; use 'left' or 'right'"):
         gpusort.searchsorted(np.arange(3), 1, side="middle")
     with pytest.raises(ValueError, match=r"sorted_x is 2-D"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -51,6 +52,11 @@ def test_hundreds_of_chunks_and_a_narrow_tree(pattern):
     d = da.from_array(x, chunks=97)  # 310 chunks
     for k in (1, 100, 1000, -100):
         assert_topk(gpusort.topk(d, k, split_every=2).compute(), x, k)
+    with dask.config.set({"gpusort.task-bytes": 0}):  # a task per chunk: the tree's every level runs
+        for k, split_every in ((1, 2), (1000, 2), (-100, 3), (100, None)):
+            y = gpusort.topk(d, k, split_every=split_every)
+            assert_topk(y.compute(), x, k)
+        assert len(y.dask) > 310  # one task per chunk, then the tree
     # The same keys as dask.array.topk, a peer on NaN-free data.
     np.testing.assert_array_equal(gpusort.topk(d, 50).compute(), da.topk(d, 50).compute())
 
@@ -132,7 +138,7 @@ def test_lazy_and_nothing_modified():
     (0, TypeError, r"k must be a nonzero int"),
     (1.5, TypeError, r"k must be a nonzero int"),
     (True, TypeError, r"k must be a nonzero int"),
-    (11, ValueError, r"k=11 asks for more keys than x holds \(10\); use \|k\| <= 10"),
+    (11, ValueError, r"k=11 asks for more keys than axis 0 of x holds \(10\); use \|k\| <= 10"),
     (-11, ValueError, r"k=-11 asks for more keys"),
 ])
 def test_bad_k_is_named(k, error, match):
@@ -140,9 +146,52 @@ def test_bad_k_is_named(k, error, match):
         gpusort.topk(np.arange(10), k)
 
 
-def test_n_d_input_is_refused():
-    with pytest.raises(ValueError, match=r"x is 2-D"):
-        gpusort.topk(np.ones((2, 3)), 1)
+def topk_oracle(x: np.ndarray, k: int, axis: int) -> np.ndarray:
+    """dask.array.topk's answer from the reference argsort, row by row."""
+    rows = np.moveaxis(x, axis, -1).reshape(-1, x.shape[axis])
+    out = np.stack([row[ref_argsort(row)] for row in rows]) if rows.size else rows
+    out = out[:, ::-1][:, :k] if k > 0 else out[:, :-k]
+    return np.moveaxis(out.reshape(*np.moveaxis(x, axis, -1).shape[:-1], abs(k)), -1, axis)
+
+
+def assert_rows(got: np.ndarray, want: np.ndarray, x: np.ndarray, axis: int) -> None:
+    """Values as the oracle's (NaN matches NaN, -0.0 matches 0.0), and every row's elements the input row's, bit for bit."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    for row, source in zip(np.moveaxis(got, axis, -1).reshape(-1, got.shape[axis]),
+                           np.moveaxis(x, axis, -1).reshape(-1, x.shape[axis])):
+        assert not collections.Counter(bits(row)) - collections.Counter(bits(source))
+
+
+N_D_CHUNKINGS = [(4, 8, 8), (10, 20, 30), (1, 3, 7), ((3, 0, 7), (20,), (29, 1))]
+
+
+@pytest.mark.parametrize("chunks", N_D_CHUNKINGS, ids=str)
+def test_n_d_along_every_axis(chunks):
+    rng = np.random.default_rng(17)
+    x = np.resize(specials("float64"), (10, 20, 30))
+    x = np.where(rng.random(x.shape) < 0.6, rng.standard_normal(x.shape).round(1), x)
+    d = da.from_array(x, chunks=chunks)
+    for axis in (0, 1, 2, -1):
+        for k in (1, 5, -5, x.shape[axis], -x.shape[axis]):
+            for split_every in (None, 2):
+                got = gpusort.topk(d, k, axis=axis, split_every=split_every)
+                assert got.chunks[axis] == (abs(k),)
+                assert_rows(got.compute(), topk_oracle(x, k, axis % 3), x, axis % 3)
+    assert_rows(gpusort.topk(d, 7, None).compute(), topk_oracle(x.ravel(), 7, 0), x.ravel(), 0)
+
+
+def test_bad_axis_and_split_every_are_named():
+    x = np.ones((2, 3))
+    with pytest.raises(ValueError, match=r"axis=2 is out of bounds for 2-D x"):
+        gpusort.topk(x, 1, axis=2)
+    with pytest.raises(ValueError, match=r"k=3 asks for more keys than axis 0 of x holds \(2\)"):
+        gpusort.topk(x, 3, axis=0)
+    with pytest.raises(ValueError, match=r"split_every=1; use an int of at least 2"):
+        gpusort.topk(np.arange(5), 1, split_every=1)
+    with pytest.raises(ValueError, match=r"out of bounds for 0-d x; use axis=None"):
+        gpusort.topk(np.float64(3.0), 1)
+    assert gpusort.topk(np.float64(3.0), 1, axis=None).compute().tolist() == [3.0]
 
 
 @pytest.mark.gpu
@@ -162,6 +211,21 @@ def test_cupy_chunks_select_on_the_gpu():
         d = da.from_array(cupy.asarray(x), chunks=60_000, asarray=False)
         for k in (1, 100, -100, 5000):
             assert_topk(cupy.asnumpy(gpusort.topk(d, k).compute()), x, k)
+
+
+@pytest.mark.gpu
+def test_cupy_chunks_n_d_along_every_axis():
+    cupy = pytest.importorskip("cupy")
+    rng = np.random.default_rng(19)
+    x = np.where(rng.random((10, 20, 30)) < 0.1, np.nan, rng.standard_normal((10, 20, 30))).astype(np.float32)
+    x[:, :, ::7] = -0.0
+    for chunks in N_D_CHUNKINGS:
+        d = da.from_array(cupy.asarray(x), chunks=chunks, asarray=False)
+        for axis in (0, 1, 2):
+            for k in (1, 5, -5):
+                got = gpusort.topk(d, k, axis=axis).compute()
+                assert type(got).__module__.startswith("cupy")
+                assert_rows(cupy.asnumpy(got), topk_oracle(x, k, axis), x, axis)
 
 
 @pytest.mark.gpu
