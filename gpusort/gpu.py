@@ -491,8 +491,7 @@ def _packing_pays(count: int, length: int, segment: int, packed: np.dtype, key: 
         return True
 
     def passes(segment, dtype, value_size):
-        tiles = -(-segment // kernels.kernels(dtype, value_size, False).nv)
-        return (tiles - 1).bit_length()
+        return kernels.merge_passes(segment, kernels.kernels(dtype, value_size, False).nv)
 
     return passes(segment, packed, 0) <= PACKED_PASSES * passes(kv_segment, key, 4)
 

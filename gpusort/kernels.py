@@ -228,8 +228,7 @@ def segment_length(length: int, nv: int) -> int:
     >>> segment_length(16384, 8704), segment_length(8704, 8704), segment_length(100, 8704)
     (17408, 8704, 8704)
     """
-    tiles = max(1, -(-length // nv))
-    return nv << (tiles - 1).bit_length()
+    return nv << merge_passes(length, nv)
 
 
 def last_key(dtype: Any, descending: bool) -> Any:
@@ -287,14 +286,12 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
         values_dtype = None
     k = kernels(keys.dtype, values_dtype.itemsize if values_dtype else 0, descending)
     tiles = -(-n // k.nv)
-    span = tiles  # tiles of one independent sort: all of them, or a segment's
     if segment is not None:
         span = segment // k.nv
         if segment % k.nv or span & (span - 1) or n % segment:
             raise ValueError(f"segment={segment} must be nv * 2**m (nv = {k.nv}) and divide the "
                              f"{n} keys: pad the segments to segment_length(length, {k.nv})")
-        span = min(span, tiles)
-    passes = (span - 1).bit_length() if tiles else 0  # ceil(log2(span))
+    passes = merge_passes(min(n, segment or n), k.nv) if tiles else 0  # a segment's, or the whole sort's
     # Ping-pong parity: every merge pass reads one buffer and writes the other,
     # so the blocksort writes buffer `passes % 2` and the last pass lands in
     # buffer 0, which is returned.
@@ -317,6 +314,17 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
                    run, n, n - run, a_starts, key_bufs[dst], value_bufs[dst])
         src, run = dst, 2 * run
     return key_bufs[0], value_bufs[0] if values_dtype else None
+
+
+def merge_passes(keys: int, run: int) -> int:
+    """Two-way merge passes that take sorted runs of ``run`` keys to one of ``keys``: ceil(log2(keys / run)).
+
+    Examples
+    --------
+    >>> merge_passes(2**28, 5888), merge_passes(17408, 4352), merge_passes(100, 5888)
+    (16, 2, 0)
+    """
+    return (max(1, -(-keys // run)) - 1).bit_length()
 
 
 def merge(a_keys, a_values, b_keys, b_values, *, descending: bool = False, out=None):
