@@ -255,14 +255,15 @@ def topk(x: Any, k: int, axis: int | None = -1, split_every: int | None = None) 
     """
     from gpusort import select
 
-    x = as_dask(x, "x")
-    order.check_key_dtype(x.dtype, "x")
-    _check_known_chunks(x, "x")
     if axis is None:
         x, axis = _as_keys(x, None, "x"), 0
-    elif x.ndim == 0:
-        raise ValueError(f"axis={axis!r} is out of bounds for 0-d x; use axis=None (a 1-element x)")
-    axis = _check_axis(axis, x.ndim, "x")
+    else:
+        x = as_dask(x, "x")
+        order.check_key_dtype(x.dtype, "x")
+        _check_known_chunks(x, "x")
+        if x.ndim == 0:
+            raise ValueError(f"axis={axis!r} is out of bounds for 0-d x; use axis=None (a 1-element x)")
+        axis = _check_axis(axis, x.ndim, "x")
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k == 0:
         raise TypeError(f"k must be a nonzero int (k > 0: largest, k < 0: smallest); got {k!r}")
     if abs(k) > x.shape[axis]:

@@ -46,10 +46,13 @@ def _route(needles: Any, side: str, chunk_ids: list[int], offsets: list[int], *l
     k = np.searchsorted(edges, to_numpy(flat), side=side)  # chunks wholly before each needle
     # Offset of the chunk each needle goes to; past the last chunk, the whole length.
     base = np.asarray(offsets, dtype=np.int64)[np.asarray(chunk_ids + [-1])[k]]
-    # Needles grouped by chunk: one sort of the chunk numbers, not one scan per chunk.
+    # Needles grouped by chunk: one sort of the chunk numbers, not one scan per chunk,
+    # and one upload and one gather of the grouping (GPU needles), sliced per chunk.
     by_chunk = np.argsort(k, kind="stable")
     cuts = np.searchsorted(k, np.arange(len(chunk_ids) + 1), sorter=by_chunk).tolist()
-    parts = [(at, flat[xp.asarray(at)]) for at in (by_chunk[a:b] for a, b in zip(cuts[:-1], cuts[1:]))]
+    at = xp.asarray(by_chunk)
+    grouped = flat[at]
+    parts = [(at[a:b], grouped[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
     return xp.asarray(base), parts
 
 
@@ -61,10 +64,9 @@ def _within(chunk: Any, i: int, side: str, *routes: tuple) -> list:
 
 def _found(shape: tuple, route: tuple, b: int, *within: list) -> Any:
     counts = route[0].copy()
-    xp = namespace(counts)
     for found in within:
-        at, local = found[b]
-        counts[xp.asarray(at)] += local.astype(np.int64)
+        at, local = found[b]  # at: positions in the needles' own array module
+        counts[at] += local.astype(np.int64)
     return counts.reshape(shape)
 
 
