@@ -68,7 +68,7 @@ def main(argv=None) -> int:
 
         def check_search(inputs, y):
             s, v = inputs
-            np.testing.assert_array_equal(y.compute(), np.searchsorted(host(s.compute()), v.compute()))
+            np.testing.assert_array_equal(host(y.compute()), np.searchsorted(host(s.compute()), v.compute()))
 
         cases = [
             Case("gpusort.sort", keys, lambda x: persisted(gpusort.sort(x)), None, args.n, params),
