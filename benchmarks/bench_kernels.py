@@ -205,10 +205,11 @@ def print_goals(path) -> None:
 
 
 def print_breakdown(log2_n: int, repeat: int) -> None:
-    """Kernel time alone (buffers allocated beforehand): the blocksort and the last merge pass.
+    """Kernel time alone (buffers allocated beforehand): the blocksort, the last two-way and four-way passes.
 
     The harness's times include every launch, allocation from CuPy's warm
-    pool and the passes' partitions; these are each kernel alone.
+    pool and the passes' partitions; these are each kernel alone, except
+    that a pass is its partition and its merge.
     """
     import cupy
 
@@ -219,16 +220,28 @@ def print_breakdown(log2_n: int, repeat: int) -> None:
     for dtype in ("int32", "int64", "float64"):
         k = kernels.kernels(np.dtype(dtype), 0, False)
         x = random_keys(n, dtype, 0)
-        a, b = cupy.empty_like(x), cupy.empty_like(x)
+        b = cupy.empty_like(x)
         tiles = -(-n // k.nv)
-        run = k.nv << ((tiles - 1).bit_length() - 1)  # the last pass: two runs, n in all
-        a_starts = cupy.empty(tiles, np.int64)
-        a[:run], a[run:] = cupy.sort(x[:run]), cupy.sort(x[run:])  # the last pass's two runs
+        levels = kernels.merge_passes(n, k.nv)
+        four_way = k.merge_four is not None
+        plan = kernels.pass_plan(levels, four_way)
+        splits = cupy.empty(4 * tiles, np.int64)
+
+        def runs(ways):  # the last pass of these ways: sorted runs of n / ways keys or so
+            run = k.nv << (levels - ways // 2)
+            a = x.copy()
+            for begin in range(0, n, run):
+                a[begin:begin + run] = cupy.sort(x[begin:begin + run])
+            return a, run
+
+        (a2, run2), (a4, run4) = runs(2), runs(4)  # the last pass of each kind
         steps = {
             "blocksort": lambda: kernels.blocksort(k, x, kernels.NULL, b, kernels.NULL),
-            "merge pass": lambda: kernels.merge_pass(k, a, kernels.NULL, a[run:], kernels.NULL, run,
-                                                     n, n - run, a_starts, b, kernels.NULL),
-        }  # fmt: skip
+            "2-way pass": lambda: kernels.merge_pass(k, a2, kernels.NULL, a2[run2:], kernels.NULL, run2, n,
+                                                     n - run2, splits[:tiles], b, kernels.NULL),
+        }
+        if four_way:
+            steps["4-way pass"] = lambda: kernels.merge_pass_four(k, a4, run4, n, splits, b)
         for name, step in steps.items():
             times = []
             for _ in range(repeat + 1):
@@ -240,7 +253,9 @@ def print_breakdown(log2_n: int, repeat: int) -> None:
                 times.append(cupy.cuda.get_elapsed_time(begin, end) / 1e3)
             t = sorted(times[1:])[repeat // 2]
             print(f"  {dtype:<8} {name:<11} {t * 1e3:7.3f} ms  {2 * x.nbytes / t / 1e12:5.2f} TB/s"
-                  f"  ({tiles} tiles of {k.nt} x {k.vt}, {(tiles - 1).bit_length()} merge passes)")
+                  f"  ({tiles} tiles of {k.nt} x {k.vt}; passes {'+'.join(map(str, plan))})")
+        if not cupy.array_equal(b, cupy.sort(x)):
+            raise AssertionError(f"the last timed pass did not sort {dtype}")
 
 
 def main(argv=None) -> int:

@@ -82,6 +82,22 @@ TUNING: dict[tuple[int, int, int], tuple[int, int]] = {
 }
 _FALLBACK = (128, 11)  # pre-Hopper and unknown devices: small and safe
 
+#: Key sizes whose keys-only sorts merge four runs a pass (kernels/kernel_merge_four.cuh).
+#: A four-way pass moves the data once for two levels of merging but executes
+#: 1.9x (8-byte keys) to 2.4x (4-byte) the instructions of a two-way pass (ncu).
+#: With 8-byte keys the two-way pass waits on memory, so much of that work
+#: hides behind it: sort int64 2**28 went from
+#: 12.2 to 14.4 Gkeys/s on the H200.  With 4-byte keys it is not: the pass took
+#: 1.25 ms against 0.59 for a two-way one, and int32 fell from 21.4 to 19.9
+#: (benchmarks/NOTES.md, version 8).
+FOUR_WAY_KEY_SIZES = frozenset({8})
+#: Sorts of fewer keys merge two ways: a four-way pass's partition, a chain of
+#: dependent reads per tile, takes 0.05 to 0.14 ms a pass against a two-way
+#: one's 0.02 to 0.09, which small sorts do not win back.  int64 on
+#: the H200 crossed over between 2**24 (11.4 four-way, 12.1 two-way Gkeys/s)
+#: and 2**26 (14.4 against 13.0); argsort int32 of 2**25 was 11.1 against 10.8.
+FOUR_WAY_MIN_KEYS = 2**25
+
 #: Threads per CTA of the partition kernel (one merge path search per thread).
 PARTITION_NT = 128
 
@@ -113,11 +129,15 @@ def launch_box(arch: int, key_size: int, value_size: int = 0) -> tuple[int, int]
 def expressions(nt: int, vt: int, key: np.dtype, value_size: int, descending: bool) -> dict:
     """The ``name_expressions`` of one module: every kernel a sort or merge launches."""
     k, v, o = KEY_TYPES[np.dtype(key)], VALUE_TYPES[value_size], ORDERS[descending]
-    return {
+    names = {
         "blocksort": f"gpusort::kernel_blocksort<{nt}, {vt}, {k}, {v}, {o}>",
         "merge": f"gpusort::kernel_merge<{nt}, {vt}, {k}, {v}, {o}>",
         "partition": f"gpusort::kernel_partition<{k}, {o}>",
     }
+    if not value_size and np.dtype(key).itemsize in FOUR_WAY_KEY_SIZES:
+        names["merge_four"] = f"gpusort::kernel_merge_four<{nt}, {vt}, {k}, {o}>"
+        names["partition_four"] = f"gpusort::kernel_partition_four<{k}, {o}>"
+    return names
 
 
 def instantiations(arch: int) -> list[str]:
@@ -184,6 +204,8 @@ class Kernels:
     blocksort: Any
     merge: Any
     partition: Any
+    merge_four: Any = None  # keys-only modules of FOUR_WAY_KEY_SIZES have four-way passes
+    partition_four: Any = None
 
     @property
     def nv(self) -> int:
@@ -291,10 +313,12 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
         if segment % k.nv or span & (span - 1) or n % segment:
             raise ValueError(f"segment={segment} must be nv * 2**m (nv = {k.nv}) and divide the "
                              f"{n} keys: pad the segments to segment_length(length, {k.nv})")
-    passes = merge_passes(min(n, segment or n), k.nv) if tiles else 0  # a segment's, or the whole sort's
+    levels = merge_passes(min(n, segment or n), k.nv) if tiles else 0  # a segment's, or the whole sort's
+    plan = pass_plan(levels, four_way=k.merge_four is not None and n >= FOUR_WAY_MIN_KEYS)
     # Ping-pong parity: every merge pass reads one buffer and writes the other,
-    # so the blocksort writes buffer `passes % 2` and the last pass lands in
-    # buffer 0, which is returned.
+    # so the blocksort writes buffer `len(plan) % 2` and the last pass lands
+    # in buffer 0, which is returned.
+    passes = len(plan)
     src = passes % 2
 
     def buffers(given, dtype):
@@ -306,14 +330,36 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
     value_bufs = buffers(values, values_dtype) if values_dtype else [NULL, NULL]
     if tiles:
         blocksort(k, keys, NULL if values is None else values, key_bufs[src], value_bufs[src])
-    a_starts = cupy.empty(tiles, np.int64) if passes else None
+    # The partitions: per tile, one int64 for a two-way pass, four for a four-way one.
+    splits = cupy.empty((4 if 4 in plan else 1) * tiles if plan else 0, np.int64)
     run = k.nv
-    for _ in range(passes):
+    for ways in plan:
         dst = 1 - src
-        merge_pass(k, key_bufs[src], value_bufs[src], key_bufs[src][run:], _tail(value_bufs[src], run),
-                   run, n, n - run, a_starts, key_bufs[dst], value_bufs[dst])
-        src, run = dst, 2 * run
+        if ways == 4:
+            merge_pass_four(k, key_bufs[src], run, n, splits, key_bufs[dst])
+        else:
+            merge_pass(k, key_bufs[src], value_bufs[src], key_bufs[src][run:], _tail(value_bufs[src], run),
+                       run, n, n - run, splits[:tiles], key_bufs[dst], value_bufs[dst])
+        src, run = dst, ways * run
     return key_bufs[0], value_bufs[0] if values_dtype else None
+
+
+def pass_plan(levels: int, four_way: bool) -> list[int]:
+    """The ways of each merge pass that takes sorted tiles through ``levels`` doublings of the run.
+
+    Four-way passes (keys-only sorts of :data:`FOUR_WAY_KEY_SIZES`, at least
+    :data:`FOUR_WAY_MIN_KEYS` keys in all) do two
+    levels in one pass over the data; an odd level left over is one two-way
+    pass, run first.  Other sorts merge two ways per pass.
+
+    Examples
+    --------
+    >>> pass_plan(5, four_way=True), pass_plan(4, four_way=True), pass_plan(3, four_way=False)
+    ([2, 4, 4], [4, 4], [2, 2, 2])
+    """
+    if not four_way:
+        return [2] * levels
+    return [2] * (levels % 2) + [4] * (levels // 2)
 
 
 def merge_passes(keys: int, run: int) -> int:
@@ -418,6 +464,20 @@ def merge_pass(k: Kernels, a_keys, a_values, b_keys, b_values, run: int, a_count
         (a_keys, b_keys, *runs, np.int64(k.nv), np.int64(tiles), a_starts),
     )
     k.merge((tiles,), (k.nt,), (a_keys, a_values, b_keys, b_values, *runs, a_starts, out_keys, out_values))
+
+
+def merge_pass_four(k: Kernels, keys, run: int, count: int, splits, out_keys) -> None:
+    """One four-way merge pass over runs of ``run`` keys (kernels/merge_pass.cuh), keys only.
+
+    ``splits`` (int64, four per output tile) receives the partition.
+    """
+    tiles = splits.size // 4
+    k.partition_four(
+        (-(-tiles // PARTITION_NT),),
+        (PARTITION_NT,),
+        (keys, np.int64(run), np.int64(count), np.int64(k.nv), np.int64(tiles), splits),
+    )
+    k.merge_four((tiles,), (k.nt,), (keys, np.int64(run), np.int64(count), splits, out_keys))
 
 
 def _tail(values, start: int):

@@ -2,16 +2,19 @@
 // (through NVRTC) and tests/test_kernels_compile.py builds with nvcc.
 //
 // Two phases, after Modern GPU: a CTA blocksort turns the input into sorted
-// tiles of NV = NT * VT keys, then merge passes double the sorted run length
-// until one run is left (ping-pong between two buffers, partition then merge
-// in each pass).  Merging two sorted arrays is one such pass.
+// tiles of NV = NT * VT keys, then merge passes multiply the sorted run
+// length until one run is left (ping-pong between two buffers, partition
+// then merge in each pass).  A two-way pass doubles it; a four-way pass
+// (keys only) quadruples it, reading and writing every key once as a
+// two-way pass does; gpusort/kernels.py says for which keys it pays.  Merging two sorted arrays is one two-way pass.
 //
 // Files, by the layer their name gives:
 //   types.cuh, order.cuh       key and value types; the order (NaN last)
 //   merge_path.cuh             merge path search (any memory)
+//   multiway_path.cuh          the same over K runs
 //   thread_*.cuh               one thread, registers: sort VT keys, merge VT
 //   block_*.cuh                one CTA: move a tile, sort a tile, merge a tile
-//   merge_pass.cuh             which runs a merge pass pairs up
+//   merge_pass.cuh             which runs a merge pass pairs (or groups) up
 //   kernel_*.cuh               __global__ entry points, thin
 // Templates: NT, VT (tuning, chosen by gpusort/kernels.py), Key (signed char
 // .. unsigned long long, gpusort::f16, float, double), Value (no_value or an
@@ -21,3 +24,5 @@
 #include "kernel_blocksort.cuh"
 #include "kernel_merge.cuh"
 #include "kernel_partition.cuh"
+#include "kernel_merge_four.cuh"
+#include "kernel_partition_four.cuh"

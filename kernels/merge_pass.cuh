@@ -1,4 +1,5 @@
-// Which runs a merge pass pairs up, and where each pair's output goes.
+// Which runs a merge pass pairs up, and where each pair's output goes; and
+// the same for a four-way pass, which groups four runs.
 //
 // A pass merges pair after pair of sorted runs.  Pair p merges
 //   a[2pL, 2pL + L) with b[2pL, 2pL + L), each clipped to its list's length,
@@ -34,6 +35,31 @@ struct merge_pass {
  private:
   __device__ __forceinline__ i64 clamp(i64 rest) const {
     return rest < 0 ? 0 : rest < run_length ? rest : run_length;
+  }
+};
+
+// A four-way mergesort pass over runs of length L in src: group g merges
+// runs 4g .. 4g + 3, src[4gL + rL, 4gL + rL + L) clipped to the count, into
+// out[4gL, ...).  4L is a multiple of NV, so tiles never straddle groups.
+struct run_group {
+  i64 begin;      // offset of the group in src and in the output
+  i64 counts[4];  // length of each of its runs
+};
+
+struct merge_pass_four {
+  i64 run_length;
+  i64 count;
+
+  // The group that output position `out` belongs to.
+  __device__ __forceinline__ run_group group_at(i64 out) const {
+    run_group g;
+    g.begin = out / (4 * run_length) * (4 * run_length);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const i64 rest = count - g.begin - r * run_length;
+      g.counts[r] = rest < 0 ? 0 : rest < run_length ? rest : run_length;
+    }
+    return g;
   }
 };
 

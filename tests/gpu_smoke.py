@@ -5,7 +5,9 @@ Meant to run under compute-sanitizer, where full test sizes would take too long:
     compute-sanitizer --tool memcheck --error-exitcode 9 python tests/gpu_smoke.py
     compute-sanitizer --tool racecheck --error-exitcode 9 python tests/gpu_smoke.py
 
-Sizes leave a partial last tile and need two merge passes.
+Sizes leave a partial last tile and a partial last group of runs: keys-only
+sorts of 8-byte keys take two four-way merge passes, other sorts four
+two-way ones.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from reference import ref_argsort
 
 
 def main() -> None:
+    kernels.FOUR_WAY_MIN_KEYS = 0  # the sizes here are far below it: make 8-byte sorts merge four ways
     rng = np.random.default_rng(0)
     arch = int(cupy.cuda.Device().compute_capability)
     for dtype in ("int8", "int32", "float64"):
         nt, vt = kernels.launch_box(arch, np.dtype(dtype).itemsize)
-        n = 3 * nt * vt + 5
+        n = 9 * nt * vt + 5
         x = (rng.standard_normal(n) * 50).astype(dtype)
         d = cupy.asarray(x)
         for descending in (False, True):

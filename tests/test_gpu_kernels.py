@@ -131,6 +131,23 @@ def test_large_sort_many_passes(dtype, descending, rng):
         assert_same(gpu.sort(d, descending=descending), x[perm])
 
 
+@pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
+@pytest.mark.parametrize("dtype", ["int64", "uint64", "float64"])
+def test_four_way_passes_every_group_shape(dtype, descending, rng, monkeypatch):
+    monkeypatch.setattr(kernels, "FOUR_WAY_MIN_KEYS", 0)  # these sorts are small: force them
+    # Tiles 2 .. 65 give odd and even numbers of levels (a two-way pass first,
+    # or none) and last groups of one to four runs, the last one partial; few
+    # distinct keys and special values tie across the four runs, where only a
+    # stable partition and merge keep the bits in input order.
+    assert kernels.kernels(np.dtype(dtype), 0, descending).merge_four is not None
+    t = tile(dtype)
+    for tiles in (2, 3, 4, 5, 9, 16, 17, 33, 65):
+        for n in (tiles * t, (tiles - 1) * t + 5):
+            for pattern in ("few", "special", "random"):
+                x = make_keys(dtype, n, pattern, rng)
+                assert_same(gpu.sort(cupy.asarray(x), descending=descending), x[ref_argsort(x, descending)])
+
+
 def test_descending_is_numpy_reversed_without_nan(rng):
     x = rng.standard_normal(100_003)
     assert_same(gpu.sort(cupy.asarray(x), descending=True), np.sort(x)[::-1])

@@ -84,6 +84,11 @@ def test_instantiations_cover_every_key_value_and_order():
             for descending in kernels.ORDERS:
                 expected = kernels.expressions(nt, vt, key, value_size, descending).values()
                 assert set(expected) <= set(names)
+    for key in kernels.KEY_TYPES:  # four-way passes: keys-only sorts of the sizes where they pay
+        for value_size in kernels.VALUE_TYPES:
+            names_of = kernels.expressions(128, 11, key, value_size, False)
+            four = value_size == 0 and key.itemsize in kernels.FOUR_WAY_KEY_SIZES
+            assert ("merge_four" in names_of) == ("partition_four" in names_of) == four, (key, value_size)
     assert kernels.launch_box(ARCH, np.dtype(np.int8).itemsize, 2) == kernels.TUNING[ARCH, 4, 4]
     assert kernels.launch_box(ARCH, 8, 0) == kernels.TUNING[ARCH, 8, 0]
     assert kernels.launch_box(ARCH + 10, 8, 8) == kernels.TUNING[ARCH, 8, 8]  # newer: nearest below
