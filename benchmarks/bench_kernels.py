@@ -234,13 +234,14 @@ def print_breakdown(log2_n: int, repeat: int) -> None:
                 a[begin:begin + run] = cupy.sort(x[begin:begin + run])
             return a, run
 
-        (a2, run2), (a4, run4) = runs(2), runs(4)  # the last pass of each kind
+        a2, run2 = runs(2)  # the last two-way pass's input
         steps = {
             "blocksort": lambda: kernels.blocksort(k, x, kernels.NULL, b, kernels.NULL),
             "2-way pass": lambda: kernels.merge_pass(k, a2, kernels.NULL, a2[run2:], kernels.NULL, run2, n,
                                                      n - run2, splits[:tiles], b, kernels.NULL),
         }
         if four_way:
+            a4, run4 = runs(4)  # the last four-way pass's input
             steps["4-way pass"] = lambda: kernels.merge_pass_four(k, a4, run4, n, splits, b)
         for name, step in steps.items():
             times = []

@@ -86,10 +86,10 @@ _FALLBACK = (128, 11)  # pre-Hopper and unknown devices: small and safe
 #: A four-way pass moves the data once for two levels of merging but executes
 #: 1.9x (8-byte keys) to 2.4x (4-byte) the instructions of a two-way pass (ncu).
 #: With 8-byte keys the two-way pass waits on memory, so much of that work
-#: hides behind it: sort int64 2**28 went from
-#: 12.2 to 14.4 Gkeys/s on the H200.  With 4-byte keys it is not: the pass took
-#: 1.25 ms against 0.59 for a two-way one, and int32 fell from 21.4 to 19.9
-#: (benchmarks/NOTES.md, version 8).
+#: hides behind it: sort int64 2**28 went from 12.2 to 14.4 Gkeys/s on the
+#: H200.  With 4-byte keys it does not: the merge took 1.25 ms against 0.59
+#: for a two-way one, and int32 fell from 21.4 to 19.9 (benchmarks/NOTES.md,
+#: version 8).
 FOUR_WAY_KEY_SIZES = frozenset({8})
 #: Sorts of fewer keys merge two ways: a four-way pass's partition, a chain of
 #: dependent reads per tile, takes 0.05 to 0.14 ms a pass against a two-way
@@ -290,12 +290,12 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
 
     ``segment`` (a :func:`segment_length`, ``nv * 2**m``, that divides the
     length) sorts every ``segment`` consecutive keys on their own: the
-    blocksort's tiles never cross a segment and merge pass ``p`` pairs runs
-    of ``nv * 2**p`` keys that start at multiples of twice that
-    (kernels/merge_pass.cuh), so the passes that stay inside a segment are
-    exactly the first ``m``; the sort stops there instead of at
-    ``ceil(log2(n / nv))``.  Positions (``positions=True``) still count
-    from the start of ``keys``.
+    blocksort's tiles never cross a segment, and a pass over runs of ``L``
+    keys merges runs that start at multiples of ``2L`` (two-way) or ``4L``
+    (four-way) together (kernels/merge_pass.cuh), so the merge levels that
+    stay inside a segment are exactly the first ``m``; the sort stops there
+    instead of at ``ceil(log2(n / nv))``.  Positions (``positions=True``)
+    still count from the start of ``keys``.
     """
     import cupy
 
@@ -363,7 +363,9 @@ def pass_plan(levels: int, four_way: bool) -> list[int]:
 
 
 def merge_passes(keys: int, run: int) -> int:
-    """Two-way merge passes that take sorted runs of ``run`` keys to one of ``keys``: ceil(log2(keys / run)).
+    """Merge levels (two-way passes) that take sorted runs of ``run`` keys to one of ``keys``: ceil(log2(keys / run)).
+
+    :func:`pass_plan` says how many passes run them.
 
     Examples
     --------
