@@ -442,10 +442,6 @@ def _sort_any(keys: list, axis, descending, chunks, backend, gpu_memory_budget, 
             raise ValueError(f"keys have shapes {first.shape} and {k.shape}; every key must have the same shape")
     if chunks is None and first.ndim == 1:  # the number of chunks the output keeps: empty ones count
         chunks = output_chunk(None, first.shape[0], first.numblocks[0])
-    if first.size == 0 and first.ndim > 1 and axis is not None:  # nothing to sort, in the keys' chunks
-        _check_axis(axis, first.ndim, argname)
-        _check_no_chunks(chunks, axis, first.ndim, argname)
-        return first.map_blocks(_empty_result, positions, dtype=np.int64 if positions else first.dtype)
     if first.size == 0 and any(k.chunks != first.chunks for k in keys):
         # Empty keys in other chunkings (a rechunk keeps their numbers of empty chunks): empty in the last one's.
         keys = [da.from_array(k._meta.reshape(first.shape), chunks=first.chunks, asarray=False) for k in keys]
@@ -471,6 +467,8 @@ def _sort_any(keys: list, axis, descending, chunks, backend, gpu_memory_budget, 
     axis = _check_axis(axis, first.ndim, argname)
     _check_no_chunks(chunks, axis, first.ndim, argname)
     spec = backend_spec(resolve_backend(backend, first._meta), parse_budget(gpu_memory_budget))
+    if first.size == 0:  # nothing to sort, in the keys' chunks
+        return first.map_blocks(_empty_result, positions, dtype=np.int64 if positions else first.dtype)
     out = along.sort_along(keys[::-1], axis, descending=bool(descending), positions=positions, backend=spec)
     return out if out.chunks == first.chunks else along.with_empty_chunks(out, first.chunks)
 

@@ -30,6 +30,9 @@ X = da.from_array(np.arange(10), chunks=3)
         (lambda: gpusort.sort(X, chunks=2.5), TypeError, r"chunks must be a positive int"),
         (lambda: gpusort.sort(X, chunks=True), TypeError, r"chunks must be a positive int"),
         (lambda: gpusort.sort(X, backend="tpu"), ValueError, r"backend='tpu' is not known"),
+        # Empty N-D keys have nothing to sort, but their arguments are checked all the same.
+        (lambda: gpusort.argsort(np.zeros((0, 0), bool), axis=-2, backend="NumPy"), ValueError, r"backend"),
+        (lambda: gpusort.sort(np.zeros((0, 3)), axis=0, gpu_memory_budget="x"), ValueError, r"gpu_memory_budget"),
         (lambda: gpusort.sort(X, descending="yes"), TypeError, r"descending must be True or False"),
         (lambda: gpusort.sort({1: 2}), TypeError, r"x must be a dask array"),
         (lambda: gpusort.sort_by_key(X, np.arange(9)), ValueError, r"values has length 9 but keys has length 10"),
