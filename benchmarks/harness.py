@@ -56,8 +56,8 @@ The contract, one field of :class:`Case` at a time:
 ``params``
     What the input is (``n``, ``dtype``, ``chunks``, ``distribution``, ...).
     Peers timed on the same input share ``params``; ``run(..., baseline=NAME)``
-    reports every case's speed relative to the case ``NAME`` with the same
-    params.  The plots (``benchmarks/plot.py``) read ``n`` and ``dtype``.
+    reports every case's speed relative to the case ``NAME`` whose params the
+    case's include.  The plots (``benchmarks/plot.py``) read ``n`` and ``dtype``.
 
 Every bench file defines ``main(argv=None) -> int`` so that ``gpusort bench
 NAME`` and tests can run it.  Bench files that compute on a cluster take
@@ -301,25 +301,27 @@ def summarize(case: Case, rows: list[dict]) -> dict:
 
 
 def add_ratios(summary: list[dict], baseline: str) -> None:
-    """Give each case ``ratio``: the baseline's median over its own, same params.
+    """Give each case ``ratio``: the baseline's median over its own, on the baseline's params.
 
-    Above 1 means faster than ``baseline``; cases without a baseline on the
-    same params get no ratio.
+    A case is compared with the baseline run whose params it shares, and may
+    have more of its own (``topk``'s ``k`` against the sort of the same keys);
+    where several match, the one with the most params.  Above 1 means faster
+    than ``baseline``; cases without a baseline on their params get no ratio.
 
     Examples
     --------
-    >>> summary = [{"case": "a", "params": {"n": 4}, "status": "ok", "median_seconds": 1.0},
-    ...            {"case": "b", "params": {"n": 4}, "status": "ok", "median_seconds": 4.0}]
+    >>> summary = [{"case": "a", "params": {"n": 4, "k": 2}, "status": "ok", "median_seconds": 1.0},
+    ...            {"case": "b", "params": {"n": 4}, "status": "ok", "median_seconds": 4.0},
+    ...            {"case": "c", "params": {"n": 8}, "status": "ok", "median_seconds": 1.0}]
     >>> add_ratios(summary, "b")
-    >>> [entry["ratio"] for entry in summary]
-    [4.0, 1.0]
+    >>> [entry.get("ratio") for entry in summary]
+    [4.0, 1.0, None]
     """
-    key = lambda entry: json.dumps(entry["params"], sort_keys=True, default=str)
-    reference = {key(e): e["median_seconds"] for e in summary
-                 if e["case"] == baseline and e["status"] == "ok"}
+    references = [e for e in summary if e["case"] == baseline and e["status"] == "ok"]
     for entry in summary:
-        ref = reference.get(key(entry))
-        if entry["status"] == "ok" and ref is not None and entry["median_seconds"] > 0:
+        shared = [e for e in references if e["params"].items() <= entry["params"].items()]
+        if entry["status"] == "ok" and shared and entry["median_seconds"] > 0:
+            ref = max(shared, key=lambda e: len(e["params"]))["median_seconds"]
             entry["ratio"] = ref / entry["median_seconds"]
 
 

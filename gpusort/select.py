@@ -20,9 +20,10 @@ sort.  A round counts and compacts the keys above the pivot in one pass
 on the GPU (CuPy chunks: a fused kernel where each such key takes a slot by
 an atomic; elsewhere a compare, a sum and a boolean index): O(N) work plus
 a small sort, where a partition (``cupy.argpartition``) costs a full sort.
-A CuPy chunk's first round reads its raw keys and encodes them in
-registers, so the chunk's own order keys are never written: one read of
-the chunk where encoding first would add a write and a read.
+The first round over a task's batch of 1-D CuPy chunks reads their raw
+keys and encodes them in registers, so the chunks' own order keys are never
+written (one read of each chunk, where encoding first would add a write and
+a read), with one pivot and one count read for the whole batch.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import dask.array as da
 
@@ -96,7 +97,7 @@ def _above(okeys: Any, pivot: Any, k: int) -> tuple[int, Any]:
     if is_cupy(okeys) and k <= ATOMIC_KEYS:
         from gpusort.backends.cupy import encoded_beyond
 
-        return encoded_beyond(okeys, pivot, False, ATOMIC_KEYS)  # integer order keys are their own
+        return encoded_beyond([okeys], pivot, False, ATOMIC_KEYS)  # integer order keys are their own
     mask = okeys > pivot
     return int(mask.sum()), okeys[mask]
 
@@ -120,38 +121,49 @@ def _stride(n: int) -> int:
     return max(1, n // SAMPLE)
 
 
-def extremes(block: Any, k: int, axis: int = 0) -> Any:
-    """The order keys of ``block``'s ``k`` largest elements along ``axis`` (``k < 0``: the ``-k`` smallest), in no order.
+def extremes(blocks: Sequence[Any], k: int, axis: int = 0) -> list[Any]:
+    """Parts whose union holds the order keys of the ``k`` largest elements (``k < 0``: the ``-k`` smallest) of ``blocks`` joined along ``axis``.
 
-    Chunk step of :func:`gpusort.topk`'s reduction, on the input's elements.
-    1-D CuPy chunks take :func:`_encoded_beyond` first, which never writes
-    the chunk's order keys: only the candidates'.
+    Chunk step of :func:`gpusort.topk`'s reduction, on a batch of input
+    blocks.  A batch of 1-D CuPy blocks takes :func:`_encoded_beyond` first,
+    which never writes the blocks' order keys, only the candidates', and
+    returns the batch's extremes; other blocks keep their own extremes one
+    by one, each encoded on its own.  Parts are in no order.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> [np.sort(p).tolist() for p in extremes([np.array([4, 1, 7]), np.array([9, 0])], 2)]
+    [[4, 7], [0, 9]]
     """
-    if (is_cupy(block) and block.ndim == 1 and len(block) > max(SMALL, 2 * abs(k))
+    n = sum(b.shape[axis] for b in blocks)
+    if (all(is_cupy(b) and b.ndim == 1 for b in blocks) and n > max(SMALL, 2 * abs(k))
             and abs(k) <= ATOMIC_KEYS):
-        candidates = _encoded_beyond(block, k)
+        candidates = _encoded_beyond(blocks, k)
         if candidates is not None:
-            return survivors(candidates, k)
-    return survivors(order.encode(block, False, "exact"), k, axis)
+            return [survivors(candidates, k)]
+    return [survivors(order.encode(b, False, "exact"), k, axis) for b in blocks]
 
 
-def _encoded_beyond(block: Any, k: int) -> Any:
-    """Order keys of a few more than ``block``'s ``|k|`` extremes, in one pass over its raw keys; ``None`` if the pivot missed.
+def _encoded_beyond(blocks: Sequence[Any], k: int) -> Any:
+    """Order keys of a few more than the ``|k|`` extremes of 1-D ``blocks``, in one pass over their raw keys; ``None`` if the pivot missed.
 
-    The first round of :func:`largest` without encoding the chunk: the
-    sample alone is encoded, and the fused pass
-    (:func:`gpusort.backends.cupy.encoded_beyond`) encodes each key in
-    registers, compares it with the pivot and keeps the order keys beyond it.
-    A pivot that leaves fewer than ``|k|`` keys beyond it, or more than the
-    pass has room for, returns ``None``: the caller then encodes the chunk
-    and selects as on any backend.
+    The first round of :func:`largest` for the whole batch without encoding
+    it: one pivot from a sample strided over every block (the sample alone
+    is encoded), then the fused pass (:func:`gpusort.backends.cupy.encoded_beyond`)
+    over each block into one buffer, which encodes each key in registers,
+    compares it with the pivot and keeps the order keys beyond it; the
+    count is read once for the batch.  A pivot that leaves fewer than
+    ``|k|`` keys beyond it, or more than the pass has room for, returns
+    ``None``: the caller then encodes the blocks and selects as on any backend.
     """
     from gpusort.backends.cupy import encoded_beyond
 
-    n = len(block)
-    sample = order.encode(block[:: _stride(n)], False, "exact")
-    pivot = _pivot(sample if k > 0 else ~sample, abs(k), n)  # the smallest are the largest complemented
-    count, candidates = encoded_beyond(block, pivot, k < 0, ATOMIC_KEYS)
+    n = sum(len(b) for b in blocks)
+    stride = _stride(n)
+    sample = order.encode(namespace(blocks[0]).concatenate([b[::stride] for b in blocks]), False, "exact")
+    pivot = _pivot(sample if k > 0 else ~sample, abs(k), n)
+    count, candidates = encoded_beyond(blocks, pivot, k < 0, ATOMIC_KEYS)
     return candidates if candidates is not None and count >= abs(k) else None
 
 
@@ -196,7 +208,7 @@ def _step(*parts: Any, k: int, axis: int, chunks: bool, dtype: Any = None) -> An
     decodes (the aggregate step).
     """
     if chunks:
-        parts = [extremes(p, k, axis) for p in parts]
+        parts = extremes(parts, k, axis)
     okeys = parts[0] if len(parts) == 1 else namespace(parts[0]).concatenate(parts, axis=axis)
     return survivors(okeys, k, axis) if dtype is None else ranked(okeys, k, dtype, axis)
 

@@ -253,11 +253,14 @@ def test_cupy_chunks_select_from_raw_keys(dtype):
     for k in (1, 100, -100, 2000, -2000):
         assert_topk(cupy.asnumpy(gpusort.topk(d, k).compute()), x, k)
     if dt.itemsize >= 2 and dt.kind != "b":  # keys distinct enough that the fused pass decides, with no fallback
-        block = cupy.asarray(noise[:20_000])
-        for k in (100, -100):
-            got = select._encoded_beyond(block, k)
-            assert got is not None and len(got) >= abs(k)
+        # One block, and a batch of blocks of uneven lengths (an empty one, a
+        # tiny one) that share one pivot, one buffer and one count.
+        for cut in ([0, 20_000], [0, 7, 7, 9_000, 20_000]):
+            blocks = [cupy.asarray(noise[a:b]) for a, b in zip(cut, cut[1:])]
             okeys = gpusort.order.encode(noise[:20_000], False, "exact")
-            want = np.sort(okeys)[-k:] if k > 0 else np.sort(okeys)[:-k]
-            got = np.sort(cupy.asnumpy(select.survivors(got, k)))
-            np.testing.assert_array_equal(got, want)
+            for k in (100, -100):
+                got = select._encoded_beyond(blocks, k)
+                assert got is not None and len(got) >= abs(k)
+                want = np.sort(okeys)[-k:] if k > 0 else np.sort(okeys)[:-k]
+                got = np.sort(cupy.asnumpy(select.survivors(got, k)))
+                np.testing.assert_array_equal(got, want)
