@@ -296,8 +296,8 @@ def _merge_tree(keys_runs, values_runs, descending):
 # --- sorting rows: (R, L) contiguous arrays, every row on its own ---------------------------
 #
 # Which path, by bytes moved (tile NV = NT * VT keys on sm_90: 5888 for
-# keys of up to 4 bytes alone, 8704 with 4-byte values, 4352 for 8-byte keys,
-# which include the packed (key, position) words of an argsort).  The
+# keys of up to 8 bytes alone, which include the packed (key, position) words
+# of an argsort, 8704 with 4-byte values).  The
 # blocksort runs at 0.8 to 1 TB/s (compute-bound) and a merge pass at 3.3 to
 # 3.8 TB/s, near the copy bandwidth (benchmarks/NOTES.md, version 5).
 #
@@ -306,7 +306,7 @@ def _merge_tree(keys_runs, values_runs, descending):
 #   costs under 2x and the passes are a 1-D sort of one row's; from NV / 2 to
 #   NV keys a row is one tile, one blocksort over at most twice the data.
 # * Composite keys (row, key): log2(R * L / NV') passes over keys of 8 bytes
-#   or more (NV' = 4352): 16 passes for 2**28 keys, where the segmented
+#   or more (NV' = 5888): 16 merge levels for 2**28 keys, where the segmented
 #   sort of rows of 2**14 takes two.  Below L = NV / 2 the pad would be more
 #   than the data itself (rows of 256 padded to 5888 are 23x), so composite
 #   keys win there: their cost does not grow as rows get short.
