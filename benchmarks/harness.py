@@ -77,7 +77,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import json
 import statistics
 import sys
 import time
