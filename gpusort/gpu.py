@@ -408,6 +408,10 @@ def _argsort_rows(keys: list[cupy.ndarray], descending: bool) -> cupy.ndarray:
     count, length = keys[0].shape
     if keys[0].size == 0 or length == 1:
         return cupy.zeros(keys[0].shape, np.int64)
+    if count == 1 and len(keys) == 1 and kernels.packs(_kernel_keys(keys[0]).dtype) and length < 2**32:
+        # One row of narrow keys: packed with positions as the blocksort loads
+        # them, unpacked as the last pass stores (no passes of their own).
+        return kernels.packed_argsort(_kernel_keys(keys[0]).ravel(), descending=descending).reshape(1, length)
     packed = _packed_positions(keys, descending)
     if packed is not None:
         return packed

@@ -8,8 +8,9 @@ Three layers, as in Modern GPU and CUB:
   (device, key type, value width, order) and cached by CuPy in memory and on
   disk;
 * :data:`TUNING`, the (architecture, key size, value size) -> (NT, VT) table;
-* the host dispatchers :func:`mergesort` and :func:`merge`, which size the
-  buffers, run the passes and keep the ping-pong parity.  ``mergesort``'s
+* the host dispatchers :func:`mergesort`, :func:`packed_argsort` and
+  :func:`merge`, which size the buffers, run the passes and keep the
+  ping-pong parity.  ``mergesort``'s
   ``segment=`` sorts many equal segments at once (the rows of an N-D sort,
   padded by :mod:`gpusort.gpu` to :func:`segment_length` with
   :func:`last_key`).
@@ -131,18 +132,48 @@ def launch_box(arch: int, key_size: int, value_size: int = 0) -> tuple[int, int]
     return TUNING[(max(known), *row)] if known else _FALLBACK
 
 
+#: The word a packed argsort sorts (kernels/packed_positions.cuh): a key's
+#: 32-bit radix word above its 32-bit position, ascending.
+WORD = np.dtype(np.uint64)
+_UNPACK = "gpusort::unpack_positions"
+
+
 def expressions(nt: int, vt: int, key: np.dtype, value_size: int, descending: bool) -> dict:
-    """The ``name_expressions`` of one module: every kernel a sort or merge launches."""
-    k, v, o = KEY_TYPES[np.dtype(key)], VALUE_TYPES[value_size], ORDERS[descending]
+    """The ``name_expressions`` of one module: every kernel a sort or merge launches.
+
+    The module of :data:`WORD` keys alone, ascending, also has the merges that
+    end a packed argsort by storing positions (``*_positions``).
+    """
+    key = np.dtype(key)
+    k, v, o = KEY_TYPES[key], VALUE_TYPES[value_size], ORDERS[descending]
     names = {
         "blocksort": f"gpusort::kernel_blocksort<{nt}, {vt}, {k}, {v}, {o}>",
         "merge": f"gpusort::kernel_merge<{nt}, {vt}, {k}, {v}, {o}>",
         "partition": f"gpusort::kernel_partition<{k}, {o}>",
     }
-    if not value_size and np.dtype(key).itemsize in FOUR_WAY_KEY_SIZES:
+    four_way = not value_size and key.itemsize in FOUR_WAY_KEY_SIZES
+    if four_way:
         names["merge_four"] = f"gpusort::kernel_merge_four<{nt}, {vt}, {k}, {o}>"
         names["partition_four"] = f"gpusort::kernel_partition_four<{k}, {o}>"
+    if key == WORD and not value_size and not descending:
+        names["merge_positions"] = f"gpusort::kernel_merge<{nt}, {vt}, {k}, {v}, {o}, {_UNPACK}>"
+        if four_way:
+            names["merge_four_positions"] = f"gpusort::kernel_merge_four<{nt}, {vt}, {k}, {o}, {_UNPACK}>"
     return names
+
+
+def packing_expressions(nt: int, vt: int, key: np.dtype, descending: bool) -> dict:
+    """The ``name_expressions`` of a packed argsort's blocksorts for ``key`` (:func:`packs`): to words, and to positions."""
+    w, none, up = KEY_TYPES[WORD], VALUE_TYPES[0], ORDERS[False]
+    pack = f"gpusort::pack_positions<{KEY_TYPES[np.dtype(key)]}, {ORDERS[descending]}>"
+    return {"blocksort": f"gpusort::kernel_blocksort<{nt}, {vt}, {w}, {none}, {up}, {pack}>",
+            "blocksort_positions": f"gpusort::kernel_blocksort<{nt}, {vt}, {w}, {none}, {up}, {pack}, {_UNPACK}>"}
+
+
+def packs(key: np.dtype) -> bool:
+    """Whether :func:`packed_argsort` takes keys of this dtype: kernel keys of at most 4 bytes."""
+    key = np.dtype(key)
+    return key in KEY_TYPES and key.itemsize <= 4
 
 
 def instantiations(arch: int) -> list[str]:
@@ -153,6 +184,10 @@ def instantiations(arch: int) -> list[str]:
             nt, vt = launch_box(arch, key.itemsize, value_size)
             for descending in ORDERS:
                 names.update(dict.fromkeys(expressions(nt, vt, key, value_size, descending).values()))
+    nt, vt = launch_box(arch, WORD.itemsize)
+    for key in filter(packs, KEY_TYPES):
+        for descending in ORDERS:
+            names.update(dict.fromkeys(packing_expressions(nt, vt, key, descending).values()))
     return list(names)
 
 
@@ -201,38 +236,69 @@ def _numbered(lines: list[str], first: int, mark: int) -> str:
 
 
 @dataclass(frozen=True)
-class Kernels:
-    """The kernels of one (device, key type, value width, order), compiled and loaded."""
+class _Launch:
+    """Threads per CTA and keys per thread of a module's kernels."""
 
     nt: int
     vt: int
+
+    @property
+    def nv(self) -> int:
+        """Keys per tile."""
+        return self.nt * self.vt
+
+
+@dataclass(frozen=True)
+class Kernels(_Launch):
+    """The kernels of one (device, key type, value width, order), compiled and loaded."""
+
     blocksort: Any
     merge: Any
     partition: Any
     merge_four: Any = None  # keys-only modules of FOUR_WAY_KEY_SIZES have four-way passes
     partition_four: Any = None
-
-    @property
-    def nv(self) -> int:
-        return self.nt * self.vt
+    merge_positions: Any = None  # the WORD module: last passes of a packed argsort
+    merge_four_positions: Any = None
 
 
-@functools.cache
-def _load(device: int, key: np.dtype, value_size: int, descending: bool) -> Kernels:
+@dataclass(frozen=True)
+class Packing(_Launch):
+    """A packed argsort's blocksorts for one (device, key type, order): keys in, words or positions out."""
+
+    blocksort: Any
+    blocksort_positions: Any
+
+
+def _arch(device: int) -> int:
     import cupy
 
     with cupy.cuda.Device(device) as dev:
-        arch = int(dev.compute_capability)
-    nt, vt = launch_box(arch, key.itemsize, value_size)
-    names = expressions(nt, vt, key, value_size, descending)
+        return int(dev.compute_capability)
+
+
+def _compile(device: int, names: dict) -> dict:
+    """``names`` (kind -> name expression) compiled into one module and loaded on ``device``."""
+    import cupy
+
     opts = options()
     module = cupy.RawModule(code=source(), options=opts, name_expressions=list(names.values()))
     try:
         with cupy.cuda.Device(device):
-            functions = {kind: module.get_function(name) for kind, name in names.items()}
+            return {kind: module.get_function(name) for kind, name in names.items()}
     except cupy.cuda.compiler.CompileException as exc:
         raise KernelCompileError(_explain(exc, opts)) from None
-    return Kernels(nt, vt, **functions)
+
+
+@functools.cache
+def _load(device: int, key: np.dtype, value_size: int, descending: bool) -> Kernels:
+    nt, vt = launch_box(_arch(device), key.itemsize, value_size)
+    return Kernels(nt, vt, **_compile(device, expressions(nt, vt, key, value_size, descending)))
+
+
+@functools.cache
+def _load_packing(device: int, key: np.dtype, descending: bool) -> Packing:
+    nt, vt = launch_box(_arch(device), WORD.itemsize)
+    return Packing(nt, vt, **_compile(device, packing_expressions(nt, vt, key, descending)))
 
 
 def kernels(key: np.dtype, value_size: int, descending: bool) -> Kernels:
@@ -240,6 +306,13 @@ def kernels(key: np.dtype, value_size: int, descending: bool) -> Kernels:
     import cupy
 
     return _load(cupy.cuda.Device().id, np.dtype(key), value_size, bool(descending))
+
+
+def packing(key: np.dtype, descending: bool) -> Packing:
+    """The packed argsort's blocksorts of ``key`` for the current device, compiled on first use."""
+    import cupy
+
+    return _load_packing(cupy.cuda.Device().id, np.dtype(key), bool(descending))
 
 
 def segment_length(length: int, nv: int) -> int:
@@ -335,18 +408,65 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
     value_bufs = buffers(values, values_dtype) if values_dtype else [NULL, NULL]
     if tiles:
         blocksort(k, keys, NULL if values is None else values, key_bufs[src], value_bufs[src])
+    _merge_levels(k, plan, key_bufs, value_bufs, n)
+    return key_bufs[0], value_bufs[0] if values_dtype else None
+
+
+def packed_argsort(keys, *, descending: bool = False):
+    """int64 positions that sort 1-D ``keys`` stably, by a keys-only sort of packed words.
+
+    ``keys``: a contiguous CuPy array of a :func:`packs` dtype, fewer than
+    2**32 of them.  Each key's radix word and its position are packed into
+    one :data:`WORD` as the blocksort loads the keys, and the last pass
+    stores the positions (kernels/packed_positions.cuh): no pass of its own
+    packs or unpacks.  Holds two arrays of ``keys.size`` words; the
+    positions are returned in the memory of one of them.
+    """
+    import cupy
+
+    n = keys.size
+    if n >= 2**32:
+        raise ValueError(f"packed_argsort packs positions into 32 bits: {n} keys are too many; "
+                         "sort them with mergesort(keys, positions=True)")
+    k, pack = kernels(WORD, 0, False), packing(keys.dtype, descending)
+    positions = cupy.empty(n, np.int64)
+    tiles = -(-n // k.nv)
+    plan = pass_plan(merge_passes(n, k.nv), four_way=k.merge_four is not None and n >= FOUR_WAY_MIN_KEYS) if n else []
+    if not plan:
+        if n:
+            blocksort(pack, keys, NULL, positions, NULL, kernel=pack.blocksort_positions)
+        return positions
+    # Ping-pong parity as in mergesort: the last pass lands in buffer 0, the
+    # positions' memory, and stores positions there instead of words.
+    bufs = [positions.view(WORD), cupy.empty(n, WORD)]
+    blocksort(pack, keys, NULL, bufs[len(plan) % 2], NULL)
+    _merge_levels(k, plan, bufs, [NULL, NULL], n, positions=True)
+    return positions
+
+
+def _merge_levels(k: Kernels, plan: list[int], key_bufs, value_bufs, n: int, positions: bool = False) -> None:
+    """The merge passes of ``plan`` over sorted tiles of ``k.nv`` in buffer ``len(plan) % 2``, ping-ponging to buffer 0.
+
+    ``positions``: the last pass stores the packed words' positions
+    (kernels/packed_positions.cuh).
+    """
+    import cupy
+
+    tiles = -(-n // k.nv)
     # The partitions: per tile, one int64 for a two-way pass, four for a four-way one.
     splits = cupy.empty((4 if 4 in plan else 1) * tiles if plan else 0, np.int64)
-    run = k.nv
-    for ways in plan:
+    src, run = len(plan) % 2, k.nv
+    for index, ways in enumerate(plan):
         dst = 1 - src
+        last = positions and index == len(plan) - 1
         if ways == 4:
-            merge_pass_four(k, key_bufs[src], run, n, splits, key_bufs[dst])
+            merge_pass_four(k, key_bufs[src], run, n, splits, key_bufs[dst],
+                            kernel=k.merge_four_positions if last else k.merge_four)
         else:
             merge_pass(k, key_bufs[src], value_bufs[src], key_bufs[src][run:], _tail(value_bufs[src], run),
-                       run, n, n - run, splits[:tiles], key_bufs[dst], value_bufs[dst])
+                       run, n, n - run, splits[:tiles], key_bufs[dst], value_bufs[dst],
+                       kernel=k.merge_positions if last else k.merge)
         src, run = dst, ways * run
-    return key_bufs[0], value_bufs[0] if values_dtype else None
 
 
 def pass_plan(levels: int, four_way: bool) -> list[int]:
@@ -451,17 +571,21 @@ def merge_tree(runs, *, descending: bool = False, scratch=None):
     return level[0]
 
 
-def blocksort(k: Kernels, keys, values, out_keys, out_values) -> None:
-    """Sort every tile of ``k.nv`` keys (kernels/kernel_blocksort.cuh); null ``values``: positions."""
+def blocksort(k: Kernels | Packing, keys, values, out_keys, out_values, kernel=None) -> None:
+    """Sort every tile of ``k.nv`` keys (kernels/kernel_blocksort.cuh); null ``values``: positions.
+
+    ``kernel``: one of ``k``'s blocksorts other than ``k.blocksort``.
+    """
     tiles = -(-keys.size // k.nv)
-    k.blocksort((tiles,), (k.nt,), (keys, values, np.int64(keys.size), out_keys, out_values))
+    (kernel or k.blocksort)((tiles,), (k.nt,), (keys, values, np.int64(keys.size), out_keys, out_values))
 
 
 def merge_pass(k: Kernels, a_keys, a_values, b_keys, b_values, run: int, a_count: int,
-               b_count: int, a_starts, out_keys, out_values) -> None:
+               b_count: int, a_starts, out_keys, out_values, kernel=None) -> None:
     """One merge pass (kernels/merge_pass.cuh): partition, then merge tile by tile.
 
-    ``a_starts`` (int64, one per output tile) receives the partition.
+    ``a_starts`` (int64, one per output tile) receives the partition;
+    ``kernel`` is ``k.merge`` (the default) or ``k.merge_positions``.
     """
     tiles = a_starts.size
     runs = (np.int64(run), np.int64(a_count), np.int64(b_count))
@@ -470,13 +594,15 @@ def merge_pass(k: Kernels, a_keys, a_values, b_keys, b_values, run: int, a_count
         (PARTITION_NT,),
         (a_keys, b_keys, *runs, np.int64(k.nv), np.int64(tiles), a_starts),
     )
-    k.merge((tiles,), (k.nt,), (a_keys, a_values, b_keys, b_values, *runs, a_starts, out_keys, out_values))
+    (kernel or k.merge)((tiles,), (k.nt,), (a_keys, a_values, b_keys, b_values, *runs, a_starts, out_keys,
+                                           out_values))
 
 
-def merge_pass_four(k: Kernels, keys, run: int, count: int, splits, out_keys) -> None:
+def merge_pass_four(k: Kernels, keys, run: int, count: int, splits, out_keys, kernel=None) -> None:
     """One four-way merge pass over runs of ``run`` keys (kernels/merge_pass.cuh), keys only.
 
-    ``splits`` (int64, four per output tile) receives the partition.
+    ``splits`` (int64, four per output tile) receives the partition;
+    ``kernel`` is ``k.merge_four`` (the default) or ``k.merge_four_positions``.
     """
     tiles = splits.size // 4
     k.partition_four(
@@ -484,7 +610,7 @@ def merge_pass_four(k: Kernels, keys, run: int, count: int, splits, out_keys) ->
         (PARTITION_NT,),
         (keys, np.int64(run), np.int64(count), np.int64(k.nv), np.int64(tiles), splits),
     )
-    k.merge_four((tiles,), (k.nt,), (keys, np.int64(run), np.int64(count), splits, out_keys))
+    (kernel or k.merge_four)((tiles,), (k.nt,), (keys, np.int64(run), np.int64(count), splits, out_keys))
 
 
 def _tail(values, start: int):

@@ -7,7 +7,8 @@
 
 namespace gpusort {
 
-// out[0, a_count + b_count) <- stable merge of a[0, a_count), b[0, b_count).
+// out[0, a_count + b_count) <- stable merge of a[0, a_count), b[0, b_count),
+// the keys written through the Store policy (packed_positions.cuh).
 // keys_shared holds NV keys and sources_shared NV ints; they may alias.
 // Shared memory must be free on entry.
 //
@@ -17,10 +18,10 @@ namespace gpusort {
 // Values never enter shared memory: each output's value is read from the
 // list position its key came from, and consecutive outputs mostly come from
 // consecutive positions, so those reads coalesce well too.
-template <int NT, int VT, class Key, class Value, class Order>
+template <int NT, int VT, class Store, class Key, class Value, class Out, class Order>
 __device__ __forceinline__ void block_merge(const Key* a_keys, const Value* a_values, int a_count,
                                             const Key* b_keys, const Value* b_values, int b_count,
-                                            Key* out_keys, Value* out_values, Key* keys_shared,
+                                            Out* out_keys, Value* out_values, Key* keys_shared,
                                             int* sources_shared, int tid, Order precedes) {
   const int count = a_count + b_count;
   load_two_to_shared<NT, VT>(a_keys, a_count, b_keys, b_count, keys_shared, tid);
@@ -32,7 +33,7 @@ __device__ __forceinline__ void block_merge(const Key* a_keys, const Value* a_va
   thread_merge<VT>(keys_shared, 0, a_count, count, diag, keys, sources, precedes);
   __syncthreads();
 
-  store_from_thread_order<NT, VT>(keys, count, out_keys, keys_shared, tid);
+  store_from_thread_order<NT, VT, Store>(keys, count, out_keys, keys_shared, tid);
   if constexpr (has_values<Value>) {
     __syncthreads();  // sources_shared may alias keys_shared
     thread_to_shared<VT>(sources, tid, sources_shared);

@@ -8,7 +8,8 @@
 namespace gpusort {
 
 // out[0, sum(counts)) <- stable merge of runs[0] .. runs[3] (ties: lower
-// run first), keys only.  keys_shared holds NV keys and must be free on
+// run first), keys only, written through the Store policy
+// (packed_positions.cuh).  keys_shared holds NV keys and must be free on
 // entry.
 //
 // Level 1 merges runs 0 and 1 into X and runs 2 and 3 into Y as *one*
@@ -16,9 +17,9 @@ namespace gpusort {
 // Y they fall in: shared memory holds a = run 0 ++ run 2 and b = run 1 ++
 // run 3, and the merge orders by (pair, key) (pair_tags, merge_path.cuh),
 // which puts X, then Y, in thread order.  Level 2 merges X with Y.
-template <int NT, int VT, class Key, class Order>
+template <int NT, int VT, class Store, class Key, class Out, class Order>
 __device__ __forceinline__ void block_merge_four(const Key* const (&runs)[4], const int (&counts)[4],
-                                                 Key* out, Key* keys_shared, int tid,
+                                                 Out* out, Key* keys_shared, int tid,
                                                  Order precedes) {
   const int a_count = counts[0] + counts[2];
   const int count = a_count + counts[1] + counts[3];
@@ -37,7 +38,7 @@ __device__ __forceinline__ void block_merge_four(const Key* const (&runs)[4], co
   __syncthreads();
   thread_merge<VT>(keys_shared, 0, counts[0] + counts[1], count, diag, keys, sources, precedes);
   __syncthreads();
-  store_from_thread_order<NT, VT>(keys, count, out, keys_shared, tid);
+  store_from_thread_order<NT, VT, Store>(keys, count, out, keys_shared, tid);
 }
 
 }  // namespace gpusort

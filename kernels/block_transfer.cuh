@@ -12,7 +12,7 @@
 // reads shared memory has its own barrier in between.
 #pragma once
 
-#include "types.cuh"
+#include "packed_positions.cuh"
 
 namespace gpusort {
 
@@ -28,15 +28,17 @@ __device__ __forceinline__ void shared_to_thread(const T* shared, int tid, T (&x
   for (int i = 0; i < VT; ++i) x[i] = shared[VT * tid + i];
 }
 
-// x (thread order) <- global[0, count); elements past count are `pad`.
-template <int NT, int VT, class T>
-__device__ __forceinline__ void load_to_thread_order(const T* global, int count, T pad, T (&x)[VT],
-                                                     T* shared, int tid) {
+// x (thread order) <- elements [begin, begin + count) of global, read
+// through the Load policy (packed_positions.cuh); elements past count are
+// `pad`.
+template <int NT, int VT, class Load, class In, class T>
+__device__ __forceinline__ void load_to_thread_order(const In* global, i64 begin, int count, T pad,
+                                                     T (&x)[VT], T* shared, int tid) {
   T strided[VT];  // every load is issued before the first store waits on one
 #pragma unroll
   for (int i = 0; i < VT; ++i) {
     const int j = NT * i + tid;
-    strided[i] = j < count ? global[j] : pad;
+    strided[i] = j < count ? Load::template load<T>(global, begin + j) : pad;
   }
 #pragma unroll
   for (int i = 0; i < VT; ++i) shared[NT * i + tid] = strided[i];
@@ -44,16 +46,16 @@ __device__ __forceinline__ void load_to_thread_order(const T* global, int count,
   shared_to_thread<VT>(shared, tid, x);
 }
 
-// global[0, count) <- x (thread order).
-template <int NT, int VT, class T>
-__device__ __forceinline__ void store_from_thread_order(const T (&x)[VT], int count, T* global,
+// global[0, count) <- x (thread order), written through the Store policy.
+template <int NT, int VT, class Store, class T, class Out>
+__device__ __forceinline__ void store_from_thread_order(const T (&x)[VT], int count, Out* global,
                                                         T* shared, int tid) {
   thread_to_shared<VT>(x, tid, shared);
   __syncthreads();
 #pragma unroll
   for (int i = 0; i < VT; ++i) {
     const int j = NT * i + tid;
-    if (j < count) global[j] = shared[j];
+    if (j < count) Store::store(global, j, shared[j]);
   }
 }
 

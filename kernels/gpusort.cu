@@ -10,6 +10,8 @@
 //
 // Files, by the layer their name gives:
 //   types.cuh, order.cuh       key and value types; the order (NaN last)
+//   packed_positions.cuh       keys in and out as they are, or packed with
+//                              their positions (an argsort)
 //   merge_path.cuh             merge path search (any memory)
 //   multiway_path.cuh          the same over K runs
 //   thread_*.cuh               one thread, registers: sort VT keys, merge VT

@@ -7,13 +7,18 @@
 namespace gpusort {
 
 // keys_out[tile] <- sorted keys_in[tile] for every tile of NV elements, the
-// values moved with them.  values_in == nullptr means "the keys' positions"
+// values moved with them; keys are read through the Load policy and written
+// through the Store policy (packed_positions.cuh: a packed argsort loads
+// keys as packed words, and stores positions where the blocksort is its only
+// pass).  values_in == nullptr means "the keys' positions"
 // (argsort): each value is then its key's index in keys_in, made here
 // instead of read.  The last tile is padded with Order::last() keys (see
 // order.cuh), so block_sort always sorts full tiles.
-template <int NT, int VT, class Key, class Value, class Order>
+template <int NT, int VT, class Key, class Value, class Order, class Load = as_is,
+          class Store = as_is>
 __global__ void __launch_bounds__(NT)
-    kernel_blocksort(const Key* keys_in, const Value* values_in, i64 count, Key* keys_out,
+    kernel_blocksort(const typename Load::template input<Key>* keys_in, const Value* values_in,
+                     i64 count, typename Store::template output<Key>* keys_out,
                      Value* values_out) {
   constexpr int NV = NT * VT;
   __shared__ union {
@@ -30,13 +35,13 @@ __global__ void __launch_bounds__(NT)
 
   Key keys[VT];
   Value values[VT];
-  load_to_thread_order<NT, VT>(keys_in + tile_begin, tile_count, Order::template last<Key>(), keys,
-                               shared.keys, tid);
+  load_to_thread_order<NT, VT, Load>(keys_in, tile_begin, tile_count, Order::template last<Key>(),
+                                     keys, shared.keys, tid);
   if constexpr (has_values<Value>) {
     if (values_in) {
       __syncthreads();
-      load_to_thread_order<NT, VT>(values_in + tile_begin, tile_count, Value(), values,
-                                   shared.values, tid);
+      load_to_thread_order<NT, VT, as_is>(values_in, tile_begin, tile_count, Value(), values,
+                                          shared.values, tid);
     } else {
 #pragma unroll
       for (int i = 0; i < VT; ++i) values[i] = Value(tile_begin + VT * tid + i);
@@ -46,11 +51,12 @@ __global__ void __launch_bounds__(NT)
 
   block_sort<NT, VT>(keys, values, shared.keys, shared.values, tid, Order());
 
-  store_from_thread_order<NT, VT>(keys, tile_count, keys_out + tile_begin, shared.keys, tid);
+  store_from_thread_order<NT, VT, Store>(keys, tile_count, keys_out + tile_begin, shared.keys,
+                                         tid);
   if constexpr (has_values<Value>) {
     __syncthreads();
-    store_from_thread_order<NT, VT>(values, tile_count, values_out + tile_begin, shared.values,
-                                    tid);
+    store_from_thread_order<NT, VT, as_is>(values, tile_count, values_out + tile_begin,
+                                           shared.values, tid);
   }
 }
 

@@ -9,12 +9,15 @@ namespace gpusort {
 
 // out[tile] <- the tile's slice of its pair's merge (see merge_pass.cuh),
 // with a_starts from kernel_partition.  Value pointers are null in a
-// keys-only merge and never offset then.
-template <int NT, int VT, class Key, class Value, class Order>
+// keys-only merge and never offset then.  Keys are written through the Store
+// policy (packed_positions.cuh: the last pass of a packed argsort stores
+// positions).
+template <int NT, int VT, class Key, class Value, class Order, class Store = as_is>
 __global__ void __launch_bounds__(NT)
     kernel_merge(const Key* a_keys, const Value* a_values, const Key* b_keys,
                  const Value* b_values, i64 run_length, i64 a_count, i64 b_count,
-                 const i64* a_starts, Key* out_keys, Value* out_values) {
+                 const i64* a_starts, typename Store::template output<Key>* out_keys,
+                 Value* out_values) {
   constexpr int NV = NT * VT;
   static_assert(NV < (1 << 30), "tile positions are ints: NT * VT must stay far below 2^31");
   __shared__ union {
@@ -41,7 +44,7 @@ __global__ void __launch_bounds__(NT)
     b_values += b_at;
     out_values += out_at;
   }
-  block_merge<NT, VT>(a_keys + a_at, a_values, int(a1 - a0), b_keys + b_at, b_values,
+  block_merge<NT, VT, Store>(a_keys + a_at, a_values, int(a1 - a0), b_keys + b_at, b_values,
                       int(b1 - b0), out_keys + out_at, out_values, shared.keys, shared.sources,
                       threadIdx.x, Order());
 }

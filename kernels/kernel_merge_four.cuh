@@ -9,13 +9,15 @@
 namespace gpusort {
 
 // out[tile] <- the tile's slice of its group's merge (see merge_pass.cuh),
-// with splits from kernel_partition_four.
+// with splits from kernel_partition_four, written through the Store policy
+// (packed_positions.cuh: the last pass of a packed argsort stores positions).
 // Launch bounds ask for 1024 threads an SM: left to itself the compiler took
 // 80 registers, three CTAs of 256 a SM, and the merge was 7 to 10% slower
 // (8-byte keys, benchmarks/NOTES.md, version 8).
-template <int NT, int VT, class Key, class Order>
+template <int NT, int VT, class Key, class Order, class Store = as_is>
 __global__ void __launch_bounds__(NT, 1024 / NT)
-    kernel_merge_four(const Key* keys, i64 run_length, i64 count, const i64* splits, Key* out) {
+    kernel_merge_four(const Key* keys, i64 run_length, i64 count, const i64* splits,
+                      typename Store::template output<Key>* out) {
   constexpr int NV = NT * VT;
   static_assert(NV < (1 << 30), "tile positions are ints: NT * VT must stay far below 2^31");
   __shared__ Key shared[NV];
@@ -38,7 +40,7 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
     runs[r] = keys + group.begin + r * run_length + begin;
     counts[r] = int(end - begin);
   }
-  block_merge_four<NT, VT>(runs, counts, out + group.begin + diag, shared, threadIdx.x, Order());
+  block_merge_four<NT, VT, Store>(runs, counts, out + group.begin + diag, shared, threadIdx.x, Order());
 }
 
 }  // namespace gpusort

@@ -1,5 +1,8 @@
 // The order keys are sorted in: ascending or descending, stable, NaN last in
-// both directions (as NumPy puts it), and -0.0 tied with +0.0.
+// both directions (as NumPy puts it), and -0.0 tied with +0.0.  The kernels
+// compare keys (operator()); a packed argsort (packed_positions.cuh) sorts
+// each key's radix word instead, an unsigned integer in the same order
+// (radix()).
 //
 // float32 and float16 are compared as sign-magnitude integers, not with
 // float compare instructions: CuPy compiles with -ftz=true, which makes
@@ -35,6 +38,16 @@ struct ieee_layout<float> {
   static constexpr bits_t inf = 0x7f800000u;
   static __device__ __forceinline__ bits_t bits(float x) { return __float_as_uint(x); }
 };
+template <>
+struct ieee_layout<double> {
+  using bits_t = unsigned long long;
+  using signed_t = long long;
+  static constexpr bits_t sign = 0x8000000000000000ull;
+  static constexpr bits_t inf = 0x7ff0000000000000ull;
+  static __device__ __forceinline__ bits_t bits(double x) {
+    return bits_t(__double_as_longlong(x));
+  }
+};
 
 // a strictly before b; NaNs tie with each other and follow every number.
 template <bool Descending, class Key>
@@ -67,6 +80,47 @@ __device__ __forceinline__ double last_key(const double*) {
   return __longlong_as_double(0x7ff8000000000000ll);
 }
 
+// The unsigned word a key is ranked by: 32 bits for keys of up to 4 bytes, 64
+// for 8.  Only the key's own low 8 * sizeof(Key) bits vary; above them every
+// word has the same bits, so they never change a rank.
+template <int Bytes>
+struct radix_word {
+  using type = unsigned int;
+};
+template <>
+struct radix_word<8> {
+  using type = unsigned long long;
+};
+
+// Integers: two's complement with the sign bit flipped is offset binary,
+// whose unsigned order is the signed one; descending complements it.
+template <bool Descending, class Key>
+__device__ __forceinline__ typename radix_word<sizeof(Key)>::type integer_radix(Key x) {
+  using U = typename radix_word<sizeof(Key)>::type;
+  constexpr int bits = 8 * sizeof(Key);
+  constexpr U mask = bits == 8 * sizeof(U) ? ~U(0) : (U(1) << bits) - 1;
+  const bool is_signed = Key(-1) < Key(0);
+  U u = U(x) & mask;
+  if (is_signed) u ^= U(1) << (bits - 1);
+  return Descending ? ~u & mask : u;
+}
+
+// Floats: the usual flip (negative: all bits; positive: the sign bit), after
+// -0.0 becomes +0.0; every NaN is the largest word in both directions (the
+// numbers' words, complemented or not, stay below it: their largest is +inf's).
+template <bool Descending, class Key>
+__device__ __forceinline__ typename ieee_layout<Key>::bits_t ieee_radix(Key x) {
+  using L = ieee_layout<Key>;
+  using U = typename L::bits_t;
+  constexpr U mask = L::sign | (L::sign - 1);
+  U b = L::bits(x);
+  const U magnitude = b & (L::sign - 1);
+  if (magnitude > L::inf) return mask;
+  if (magnitude == 0) b = 0;
+  const U u = (b & L::sign) ? ~b & mask : b | L::sign;
+  return Descending ? ~u & mask : u;
+}
+
 }  // namespace detail
 
 // The comparator every kernel takes as its Order parameter.
@@ -88,6 +142,22 @@ struct order {
   __device__ __forceinline__ bool operator()(double a, double b) const {
     const bool ordered = Descending ? b < a : a < b;  // false if either is NaN
     return ordered || (b != b && a == a);             // a number precedes NaN
+  }
+
+  // The key's radix word: radix(a) < radix(b) exactly when a precedes b, and
+  // the words are equal exactly when neither does.
+  template <class Key>
+  static __device__ __forceinline__ typename detail::radix_word<sizeof(Key)>::type radix(Key a) {
+    return detail::integer_radix<Descending>(a);
+  }
+  static __device__ __forceinline__ unsigned int radix(f16 a) {
+    return detail::ieee_radix<Descending>(a);
+  }
+  static __device__ __forceinline__ unsigned int radix(float a) {
+    return detail::ieee_radix<Descending>(a);
+  }
+  static __device__ __forceinline__ unsigned long long radix(double a) {
+    return detail::ieee_radix<Descending>(a);
   }
 
   // A key that no key comes after.  A partial tile is padded with it; the

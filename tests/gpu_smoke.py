@@ -6,8 +6,8 @@ Meant to run under compute-sanitizer, where full test sizes would take too long:
     compute-sanitizer --tool racecheck --error-exitcode 9 python tests/gpu_smoke.py
 
 Sizes leave a partial last tile and a partial last group of runs: keys-only
-sorts of 8-byte keys take two four-way merge passes, other sorts four
-two-way ones.
+sorts of 8-byte keys and packed argsorts take two four-way merge passes,
+other sorts four two-way ones.
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ def main() -> None:
                 descending=descending,
             )
             assert (cupy.asnumpy(merged[0]) == x[perm]).all()  # a ++ b was already in order
+    # Packed argsorts (int8 and int32 above) that end in the blocksort or in a two-way pass.
+    nv = kernels.kernels(kernels.WORD, 0, False).nv
+    for n in (nv - 1, 2 * nv - 3):
+        x = rng.integers(-3, 3, n).astype(np.int32)
+        assert (cupy.asnumpy(kernels.packed_argsort(cupy.asarray(x))) == ref_argsort(x)).all()
     cupy.cuda.runtime.deviceSynchronize()
     print("gpu smoke OK")
 

@@ -148,6 +148,37 @@ def test_four_way_passes_every_group_shape(dtype, descending, rng, monkeypatch):
                 assert_same(gpu.sort(cupy.asarray(x), descending=descending), x[ref_argsort(x, descending)])
 
 
+@pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint16", "int32", "float16", "float32"])
+def test_packed_argsort_every_plan(dtype, descending, rng, monkeypatch):
+    # kernels.packed_argsort packs as the blocksort loads and stores positions
+    # from whichever kernel runs last: the blocksort (one tile), a two-way
+    # pass, or a four-way pass (forced below FOUR_WAY_MIN_KEYS), after an odd
+    # level or not, with last groups of one to four runs.  Ties (few distinct,
+    # both zeros, NaNs of several bit patterns) must keep input order.
+    monkeypatch.setattr(kernels, "FOUR_WAY_MIN_KEYS", 0)
+    assert kernels.kernels(kernels.WORD, 0, False).merge_four_positions is not None
+    t = kernels.kernels(kernels.WORD, 0, False).nv
+    for n in (1, t, t + 1, 2 * t, 3 * t - 2, 5 * t, 9 * t + 5, 17 * t, 33 * t - 1):
+        for pattern in ("few", "special"):
+            x = make_keys(dtype, n, pattern, rng)
+            d = cupy.asarray(x)
+            perm = ref_argsort(x, descending)
+            assert_same(kernels.packed_argsort(d.view(np.uint8) if dtype == "bool" else d,
+                                               descending=descending), perm)
+            assert_same(gpu.argsort(d, descending=descending), perm)
+            assert_same(d, x)  # input untouched
+
+
+def test_packed_argsort_refuses_too_many_keys():
+    class Huge:  # only the size is read before the check
+        size = 2**32
+        dtype = np.dtype(np.int32)
+
+    with pytest.raises(ValueError, match="32 bits"):
+        kernels.packed_argsort(Huge())
+
+
 def test_descending_is_numpy_reversed_without_nan(rng):
     x = rng.standard_normal(100_003)
     assert_same(gpu.sort(cupy.asarray(x), descending=True), np.sort(x)[::-1])

@@ -89,6 +89,16 @@ def test_instantiations_cover_every_key_value_and_order():
             names_of = kernels.expressions(128, 11, key, value_size, False)
             four = value_size == 0 and key.itemsize in kernels.FOUR_WAY_KEY_SIZES
             assert ("merge_four" in names_of) == ("partition_four" in names_of) == four, (key, value_size)
+    # Packed argsorts: a blocksort per narrow key type and order; the word module stores positions.
+    nt, vt = kernels.launch_box(ARCH, kernels.WORD.itemsize)
+    packed = [key for key in kernels.KEY_TYPES if kernels.packs(key)]
+    assert len(packed) == 8 and not kernels.packs(np.int64) and not kernels.packs(np.float64)
+    for key in packed:
+        for descending in kernels.ORDERS:
+            assert set(kernels.packing_expressions(nt, vt, key, descending).values()) <= set(names)
+    assert {"merge_positions", "merge_four_positions"} <= set(kernels.expressions(nt, vt, kernels.WORD, 0, False))
+    assert "merge_positions" not in kernels.expressions(nt, vt, kernels.WORD, 0, True)
+    assert "merge_positions" not in kernels.expressions(nt, vt, np.int64, 0, False)
     assert kernels.launch_box(ARCH, np.dtype(np.int8).itemsize, 2) == kernels.TUNING[ARCH, 4, 4]
     assert kernels.launch_box(ARCH, 8, 0) == kernels.TUNING[ARCH, 8, 0]
     assert kernels.launch_box(ARCH + 10, 8, 8) == kernels.TUNING[ARCH, 8, 8]  # newer: nearest below
