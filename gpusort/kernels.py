@@ -171,7 +171,13 @@ def packing_expressions(nt: int, vt: int, key: np.dtype, descending: bool) -> di
 
 
 def packs(key: np.dtype) -> bool:
-    """Whether :func:`packed_argsort` takes keys of this dtype: kernel keys of at most 4 bytes."""
+    """Whether :func:`packed_argsort` takes keys of this dtype: kernel keys of at most 4 bytes.
+
+    Examples
+    --------
+    >>> packs(np.float32), packs(np.uint8), packs(np.int64), packs(np.complex64)
+    (True, True, False, False)
+    """
     key = np.dtype(key)
     return key in KEY_TYPES and key.itemsize <= 4
 

@@ -38,16 +38,6 @@ struct ieee_layout<float> {
   static constexpr bits_t inf = 0x7f800000u;
   static __device__ __forceinline__ bits_t bits(float x) { return __float_as_uint(x); }
 };
-template <>
-struct ieee_layout<double> {
-  using bits_t = unsigned long long;
-  using signed_t = long long;
-  static constexpr bits_t sign = 0x8000000000000000ull;
-  static constexpr bits_t inf = 0x7ff0000000000000ull;
-  static __device__ __forceinline__ bits_t bits(double x) {
-    return bits_t(__double_as_longlong(x));
-  }
-};
 
 // a strictly before b; NaNs tie with each other and follow every number.
 template <bool Descending, class Key>
@@ -80,25 +70,17 @@ __device__ __forceinline__ double last_key(const double*) {
   return __longlong_as_double(0x7ff8000000000000ll);
 }
 
-// The unsigned word a key is ranked by: 32 bits for keys of up to 4 bytes, 64
-// for 8.  Only the key's own low 8 * sizeof(Key) bits vary; above them every
-// word has the same bits, so they never change a rank.
-template <int Bytes>
-struct radix_word {
-  using type = unsigned int;
-};
-template <>
-struct radix_word<8> {
-  using type = unsigned long long;
-};
+// Radix words are 32 bits: keys of up to 4 bytes (what a packed argsort
+// packs).  Only the key's own low 8 * sizeof(Key) bits vary.
 
 // Integers: two's complement with the sign bit flipped is offset binary,
 // whose unsigned order is the signed one; descending complements it.
 template <bool Descending, class Key>
-__device__ __forceinline__ typename radix_word<sizeof(Key)>::type integer_radix(Key x) {
-  using U = typename radix_word<sizeof(Key)>::type;
+__device__ __forceinline__ unsigned int integer_radix(Key x) {
+  static_assert(sizeof(Key) <= 4, "radix words are 32 bits");
+  using U = unsigned int;
   constexpr int bits = 8 * sizeof(Key);
-  constexpr U mask = bits == 8 * sizeof(U) ? ~U(0) : (U(1) << bits) - 1;
+  constexpr U mask = bits == 32 ? ~U(0) : (U(1) << bits) - 1;
   const bool is_signed = Key(-1) < Key(0);
   U u = U(x) & mask;
   if (is_signed) u ^= U(1) << (bits - 1);
@@ -109,7 +91,7 @@ __device__ __forceinline__ typename radix_word<sizeof(Key)>::type integer_radix(
 // -0.0 becomes +0.0; every NaN is the largest word in both directions (the
 // numbers' words, complemented or not, stay below it: their largest is +inf's).
 template <bool Descending, class Key>
-__device__ __forceinline__ typename ieee_layout<Key>::bits_t ieee_radix(Key x) {
+__device__ __forceinline__ unsigned int ieee_radix(Key x) {
   using L = ieee_layout<Key>;
   using U = typename L::bits_t;
   constexpr U mask = L::sign | (L::sign - 1);
@@ -144,19 +126,16 @@ struct order {
     return ordered || (b != b && a == a);             // a number precedes NaN
   }
 
-  // The key's radix word: radix(a) < radix(b) exactly when a precedes b, and
-  // the words are equal exactly when neither does.
+  // The radix word of a key of up to 4 bytes: radix(a) < radix(b) exactly
+  // when a precedes b, and the words are equal exactly when neither does.
   template <class Key>
-  static __device__ __forceinline__ typename detail::radix_word<sizeof(Key)>::type radix(Key a) {
+  static __device__ __forceinline__ unsigned int radix(Key a) {
     return detail::integer_radix<Descending>(a);
   }
   static __device__ __forceinline__ unsigned int radix(f16 a) {
     return detail::ieee_radix<Descending>(a);
   }
   static __device__ __forceinline__ unsigned int radix(float a) {
-    return detail::ieee_radix<Descending>(a);
-  }
-  static __device__ __forceinline__ unsigned long long radix(double a) {
     return detail::ieee_radix<Descending>(a);
   }
 
