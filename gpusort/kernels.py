@@ -436,7 +436,6 @@ def packed_argsort(keys, *, descending: bool = False):
                          "sort them with mergesort(keys, positions=True)")
     k, pack = kernels(WORD, 0, False), packing(keys.dtype, descending)
     positions = cupy.empty(n, np.int64)
-    tiles = -(-n // k.nv)
     plan = pass_plan(merge_passes(n, k.nv), four_way=k.merge_four is not None and n >= FOUR_WAY_MIN_KEYS) if n else []
     if not plan:
         if n:
