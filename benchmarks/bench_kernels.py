@@ -221,11 +221,11 @@ def print_breakdown(log2_n: int, repeat: int) -> None:
         k = kernels.kernels(np.dtype(dtype), 0, False)
         x = random_keys(n, dtype, 0)
         b = cupy.empty_like(x)
-        tiles = -(-n // k.nv)
-        levels = kernels.merge_passes(n, k.nv)
+        tiles = kernels.Tiles.whole(n, k.nv)
+        levels = tiles.levels
         four_way = k.merge_four is not None
         plan = kernels.pass_plan(levels, four_way)
-        splits = cupy.empty(4 * tiles, np.int64)
+        splits = cupy.empty(4 * tiles.count, np.int64)
 
         def runs(ways):  # the last pass of these ways: sorted runs of n / ways keys or so
             run = k.nv << (levels - ways // 2)
@@ -235,14 +235,17 @@ def print_breakdown(log2_n: int, repeat: int) -> None:
             return a, run
 
         a2, run2 = runs(2)  # the last two-way pass's input
-        steps = {
-            "blocksort": lambda: kernels.blocksort(k, x, kernels.NULL, b, kernels.NULL),
-            "2-way pass": lambda: kernels.merge_pass(k, a2, kernels.NULL, a2[run2:], kernels.NULL, run2, n,
-                                                     n - run2, splits[:tiles], b, kernels.NULL),
-        }
+        buckets = kernels.plan_buckets(k, x, k.nv, False)
+        steps = {}
+        if buckets:  # the plan takes the sample's sort, the count pass and its totals to the host
+            steps["bucket plan"] = lambda: kernels.plan_buckets(k, x, k.nv, False)
+            steps["scatter"] = lambda: buckets.scatter(k, x, b)
+        steps["blocksort"] = lambda: kernels.blocksort(k, x, kernels.NULL, b, kernels.NULL, tiles)
+        steps["2-way pass"] = lambda: kernels.merge_pass(k, a2, kernels.NULL, a2[run2:], kernels.NULL, run2, n,
+                                                         n - run2, splits[:tiles.count], b, kernels.NULL, tiles)
         if four_way:
             a4, run4 = runs(4)  # the last four-way pass's input
-            steps["4-way pass"] = lambda: kernels.merge_pass_four(k, a4, run4, n, splits, b)
+            steps["4-way pass"] = lambda: kernels.merge_pass_four(k, a4, run4, n, splits, b, tiles)
         for name, step in steps.items():
             times = []
             for _ in range(repeat + 1):
@@ -254,7 +257,7 @@ def print_breakdown(log2_n: int, repeat: int) -> None:
                 times.append(cupy.cuda.get_elapsed_time(begin, end) / 1e3)
             t = sorted(times[1:])[repeat // 2]
             print(f"  {dtype:<8} {name:<11} {t * 1e3:7.3f} ms  {2 * x.nbytes / t / 1e12:5.2f} TB/s"
-                  f"  ({tiles} tiles of {k.nt} x {k.vt}; passes {'+'.join(map(str, plan))})")
+                  f"  ({tiles.count} tiles of {k.nt} x {k.vt}; passes {'+'.join(map(str, plan))})")
         if not cupy.array_equal(b, cupy.sort(x)):
             raise AssertionError(f"the last timed pass did not sort {dtype}")
 

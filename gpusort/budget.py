@@ -9,7 +9,8 @@ the budget:
 ``sort_bytes(n)``
     staged keys (and values), which the mergesort reuses as one of its two
     ping-pong buffers: ``2 * n * (key + value bytes)``, plus the merge-path
-    partition arrays.
+    partition arrays; a keys-only sort also holds its bucket pass's byte a
+    key and count tables (:func:`gpusort.kernels.plan_buckets`).
 ``merge_bytes(n)``
     the staged slices and one more buffer: the pairwise merge tree's levels
     ping-pong between the two (level 2 on writes over the staged slices),
@@ -81,9 +82,16 @@ def parse_budget(budget: int | str | None, argname: str = "gpu_memory_budget") -
     return int(budget)
 
 
+#: A keys-only sort's bucket pass holds each key's bucket, a byte.  Its
+#: tables (an int32 count and an int64 base for 256 buckets by at most 1024
+#: spans, 3 MiB) fit the slack of the 2**24 keys or more it needs.
+BUCKET_BYTES_PER_KEY = 1
+
+
 def sort_bytes(n: int, key_bytes: int, value_bytes: int = 0) -> int:
     """Most GPU memory sorting ``n`` staged keys (and values) holds at once."""
-    return 2 * n * (key_bytes + value_bytes) + math.ceil(n * SLACK_PER_ELEMENT) + FIXED_BYTES
+    buckets = 0 if value_bytes else n * BUCKET_BYTES_PER_KEY
+    return 2 * n * (key_bytes + value_bytes) + buckets + math.ceil(n * SLACK_PER_ELEMENT) + FIXED_BYTES
 
 
 def merge_bytes(n: int, key_bytes: int, value_bytes: int = 0) -> int:

@@ -10,7 +10,10 @@ Three layers, as in Modern GPU and CUB:
 * :data:`TUNING`, the (architecture, key size, value size) -> (NT, VT) table;
 * the host dispatchers :func:`mergesort`, :func:`packed_argsort` and
   :func:`merge`, which size the buffers, run the passes and keep the
-  ping-pong parity.  ``mergesort``'s
+  ping-pong parity.  Large keys-only sorts begin with a bucket pass
+  (:func:`plan_buckets`): the keys split into :data:`BUCKETS` buckets by
+  sampled splitters, and the blocksort and merge passes sort every bucket
+  on its own (:class:`Tiles`).  ``mergesort``'s
   ``segment=`` sorts many equal segments at once (the rows of an N-D sort,
   padded by :mod:`gpusort.gpu` to :func:`segment_length` with
   :func:`last_key`).
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +111,29 @@ FOUR_WAY_MIN_KEYS = 2**25
 #: Threads per CTA of the partition kernel (one merge path search per thread).
 PARTITION_NT = 128
 
+#: Buckets of a bucket pass (kernels/bucket_search.cuh), one per thread of its CTAs.
+BUCKETS = 256
+#: Keys per thread of a bucket pass's scatter tiles, by the size of the keys
+#: it writes: the tile staged by bucket fits the 48 KB of a CTA.
+BUCKET_VT = {1: 24, 2: 24, 4: 24, 8: 12}
+#: Keys per thread of its count pass, any key size.
+BUCKET_COUNT_VT = 12
+#: Keys-only sorts of at least this many keys count their buckets (at 2**24
+#: int32 the pass broke even, 0.864 against 0.857 ms; int64 gained 11%) ...
+BUCKET_MIN_KEYS = 2**24
+#: ... and scatter them when that takes at least this many merge levels off
+#: the sort: at 2**28 the scatter took 1.48 ms (int32) and 2.47 ms (int64),
+#: the time of 2.3 and 3 merge levels (NOTES, version 11).
+BUCKET_LEVELS_SAVED = 4
+#: Sampled keys per bucket: the splitters are every BUCKET_SAMPLE-th of the
+#: sorted sample.  The largest of 256 buckets of evenly spread keys must stay
+#: within 1.44x the mean for 2**k keys (a bucket of 2**(k - 8) keys fills
+#: 178 of the 256 tiles of 5888 its levels allow): 64 samples a bucket
+#: reached 1.438x and cost a level (NOTES, version 11).
+BUCKET_SAMPLE = 256
+#: CTAs a bucket pass aims at: each counts and scatters a span of whole tiles.
+BUCKET_CTAS = 1024
+
 NULL = np.uint64(0)
 """The value pointers of a keys-only launch (and of a blocksort that makes positions)."""
 
@@ -152,10 +179,13 @@ def expressions(nt: int, vt: int, key: np.dtype, value_size: int, descending: bo
         "partition": f"gpusort::kernel_partition<{k}, {o}>",
     }
     four_way = not value_size and key.itemsize in FOUR_WAY_KEY_SIZES
+    if not value_size:
+        names.update(bucket_expressions(key, key, descending))
     if four_way:
         names["merge_four"] = f"gpusort::kernel_merge_four<{nt}, {vt}, {k}, {o}>"
         names["partition_four"] = f"gpusort::kernel_partition_four<{k}, {o}>"
     if key == WORD and not value_size and not descending:
+        names["blocksort_positions"] = f"gpusort::kernel_blocksort<{nt}, {vt}, {k}, {v}, {o}, gpusort::as_is, {_UNPACK}>"
         names["merge_positions"] = f"gpusort::kernel_merge<{nt}, {vt}, {k}, {v}, {o}, {_UNPACK}>"
         if four_way:
             names["merge_four_positions"] = f"gpusort::kernel_merge_four<{nt}, {vt}, {k}, {o}, {_UNPACK}>"
@@ -167,7 +197,18 @@ def packing_expressions(nt: int, vt: int, key: np.dtype, descending: bool) -> di
     w, none, up = KEY_TYPES[WORD], VALUE_TYPES[0], ORDERS[False]
     pack = f"gpusort::pack_positions<{KEY_TYPES[np.dtype(key)]}, {ORDERS[descending]}>"
     return {"blocksort": f"gpusort::kernel_blocksort<{nt}, {vt}, {w}, {none}, {up}, {pack}>",
-            "blocksort_positions": f"gpusort::kernel_blocksort<{nt}, {vt}, {w}, {none}, {up}, {pack}, {_UNPACK}>"}
+            "blocksort_positions": f"gpusort::kernel_blocksort<{nt}, {vt}, {w}, {none}, {up}, {pack}, {_UNPACK}>",
+            **bucket_expressions(key, WORD, descending, load=pack)}
+
+
+def bucket_expressions(key: np.dtype, out: np.dtype, descending: bool, load: str = "gpusort::as_is") -> dict:
+    """The ``name_expressions`` of a bucket pass over ``key`` (in its order) writing ``out`` keys through ``load``."""
+    k, w, o = KEY_TYPES[np.dtype(key)], KEY_TYPES[np.dtype(out)], ORDERS[descending]
+    count_vt, scatter_vt = BUCKET_COUNT_VT, BUCKET_VT[np.dtype(out).itemsize]
+    return {"bucket_count": f"gpusort::kernel_bucket_count<{BUCKETS}, {count_vt}, {k}, {o}>",
+            "bucket_bases": f"gpusort::kernel_bucket_bases<{BUCKETS}>",
+            "tile_buckets": f"gpusort::kernel_tile_buckets<{PARTITION_NT}>",
+            "bucket_scatter": f"gpusort::kernel_bucket_scatter<{BUCKETS}, {scatter_vt}, {w}, {load}>"}
 
 
 def packs(key: np.dtype) -> bool:
@@ -263,16 +304,25 @@ class Kernels(_Launch):
     partition: Any
     merge_four: Any = None  # keys-only modules of FOUR_WAY_KEY_SIZES have four-way passes
     partition_four: Any = None
-    merge_positions: Any = None  # the WORD module: last passes of a packed argsort
+    bucket_count: Any = None  # keys-only modules: the bucket pass
+    bucket_bases: Any = None
+    bucket_scatter: Any = None
+    tile_buckets: Any = None
+    blocksort_positions: Any = None  # the WORD module: last passes of a packed argsort
+    merge_positions: Any = None
     merge_four_positions: Any = None
 
 
 @dataclass(frozen=True)
 class Packing(_Launch):
-    """A packed argsort's blocksorts for one (device, key type, order): keys in, words or positions out."""
+    """A packed argsort's first kernels for one (device, key type, order): keys in, words (or positions) out."""
 
     blocksort: Any
     blocksort_positions: Any
+    bucket_count: Any
+    bucket_bases: Any
+    bucket_scatter: Any
+    tile_buckets: Any
 
 
 def _arch(device: int) -> int:
@@ -380,6 +430,9 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
     stay inside a segment are exactly the first ``m``; the sort stops there
     instead of at ``ceil(log2(n / nv))``.  Positions (``positions=True``)
     still count from the start of ``keys``.
+
+    A keys-only sort of :data:`BUCKET_MIN_KEYS` or more keys without
+    ``segment`` may begin with a bucket pass (:func:`plan_buckets`).
     """
     import cupy
 
@@ -391,14 +444,16 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
     else:
         values_dtype = None
     k = kernels(keys.dtype, values_dtype.itemsize if values_dtype else 0, descending)
-    tiles = -(-n // k.nv)
     if segment is not None:
         span = segment // k.nv
         if segment % k.nv or span & (span - 1) or n % segment:
             raise ValueError(f"segment={segment} must be nv * 2**m (nv = {k.nv}) and divide the "
                              f"{n} keys: pad the segments to segment_length(length, {k.nv})")
-    levels = merge_passes(min(n, segment or n), k.nv) if tiles else 0  # a segment's, or the whole sort's
-    plan = pass_plan(levels, four_way=k.merge_four is not None and n >= FOUR_WAY_MIN_KEYS)
+    buckets = None
+    if values_dtype is None and segment is None:
+        buckets = plan_buckets(k, keys, k.nv, descending)
+    tiles = buckets.tiles if buckets else Tiles.whole(n, k.nv, segment)
+    plan = pass_plan(tiles.levels, four_way=k.merge_four is not None and n >= FOUR_WAY_MIN_KEYS)
     # Ping-pong parity: every merge pass reads one buffer and writes the other,
     # so the blocksort writes buffer `len(plan) % 2` and the last pass lands
     # in buffer 0, which is returned.
@@ -412,9 +467,12 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
 
     key_bufs = buffers(keys, keys.dtype)
     value_bufs = buffers(values, values_dtype) if values_dtype else [NULL, NULL]
-    if tiles:
-        blocksort(k, keys, NULL if values is None else values, key_bufs[src], value_bufs[src])
-    _merge_levels(k, plan, key_bufs, value_bufs, n)
+    if buckets:
+        buckets.scatter(k, keys, key_bufs[src])
+        blocksort(k, key_bufs[src], NULL, key_bufs[src], NULL, tiles)  # in place, bucket by bucket
+    elif n:
+        blocksort(k, keys, NULL if values is None else values, key_bufs[src], value_bufs[src], tiles)
+    _merge_levels(k, plan, key_bufs, value_bufs, tiles)
     return key_bufs[0], value_bufs[0] if values_dtype else None
 
 
@@ -423,10 +481,11 @@ def packed_argsort(keys, *, descending: bool = False):
 
     ``keys``: a contiguous CuPy array of a :func:`packs` dtype, fewer than
     2**32 of them.  Each key's radix word and its position are packed into
-    one :data:`WORD` as the blocksort loads the keys, and the last pass
-    stores the positions (kernels/packed_positions.cuh): no pass of its own
-    packs or unpacks.  Holds two arrays of ``keys.size`` words; the
-    positions are returned in the memory of one of them.
+    one :data:`WORD` as the first kernel loads the keys (the blocksort, or
+    the scatter of a bucket pass), and the last pass stores the positions
+    (kernels/packed_positions.cuh): no pass of its own packs or unpacks.
+    Holds two arrays of ``keys.size`` words; the positions are returned in
+    the memory of one of them.
     """
     import cupy
 
@@ -436,40 +495,146 @@ def packed_argsort(keys, *, descending: bool = False):
                          "sort them with mergesort(keys, positions=True)")
     k, pack = kernels(WORD, 0, False), packing(keys.dtype, descending)
     positions = cupy.empty(n, np.int64)
-    plan = pass_plan(merge_passes(n, k.nv), four_way=k.merge_four is not None and n >= FOUR_WAY_MIN_KEYS) if n else []
-    if not plan:
-        if n:
-            blocksort(pack, keys, NULL, positions, NULL, kernel=pack.blocksort_positions)
-        return positions
+    # Splitters compare the keys themselves, in their own order; a bucket of
+    # keys is the same bucket of their words.
+    buckets = plan_buckets(pack, keys, k.nv, descending)
+    tiles = buckets.tiles if buckets else Tiles.whole(n, k.nv)
+    plan = pass_plan(tiles.levels, four_way=k.merge_four is not None and n >= FOUR_WAY_MIN_KEYS)
     # Ping-pong parity as in mergesort: the last pass lands in buffer 0, the
     # positions' memory, and stores positions there instead of words.
-    bufs = [positions.view(WORD), cupy.empty(n, WORD)]
-    blocksort(pack, keys, NULL, bufs[len(plan) % 2], NULL)
-    _merge_levels(k, plan, bufs, [NULL, NULL], n, positions=True)
+    bufs = [positions.view(WORD)] + ([cupy.empty(n, WORD)] if plan else [])
+    words = bufs[len(plan) % 2]
+    if buckets:
+        buckets.scatter(pack, keys, words)
+        blocksort(k, words, NULL, positions if not plan else words, NULL, tiles,
+                  kernel=None if plan else k.blocksort_positions)  # in place
+    elif n:
+        blocksort(pack, keys, NULL, positions if not plan else words, NULL, tiles,
+                  kernel=None if plan else pack.blocksort_positions)
+    _merge_levels(k, plan, bufs, [NULL, NULL], tiles, positions=True)
     return positions
 
 
-def _merge_levels(k: Kernels, plan: list[int], key_bufs, value_bufs, n: int, positions: bool = False) -> None:
-    """The merge passes of ``plan`` over sorted tiles of ``k.nv`` in buffer ``len(plan) % 2``, ping-ponging to buffer 0.
+@dataclass(frozen=True)
+class Tiles:
+    """Where the tiles of a sort lie (kernels/segments.cuh), and the merge levels that sort them.
+
+    Either one segment from 0 (``offsets`` null): ``ceil(n / nv)`` tiles;
+    or the buckets of a bucket pass: bucket ``b`` holds keys
+    ``[offsets[b], offsets[b + 1])`` and tiles ``first_tile[b]`` to
+    ``first_tile[b + 1] - 1``, ``tile_bucket`` maps each tile to its bucket.
+    """
+
+    count: int  # tiles in all
+    levels: int  # merge levels of the longest segment
+    offsets: Any = NULL
+    tile_bucket: Any = NULL
+    first_tile: Any = NULL
+
+    @classmethod
+    def whole(cls, n: int, nv: int, segment: int | None = None) -> "Tiles":
+        """The tiles of ``n`` keys from 0; with ``segment``, the levels of one segment."""
+        return cls(-(-n // nv), merge_passes(min(n, segment or n), nv) if n else 0)
+
+    @property
+    def args(self) -> tuple:
+        """The kernels' last three arguments."""
+        return self.offsets, self.tile_bucket, self.first_tile
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """A bucket pass planned by :func:`plan_buckets`: keys counted, the scatter still to run."""
+
+    tiles: Tiles
+    splitters: Any  # BUCKETS - 1 sampled keys, in order (a strided view of the sorted sample)
+    buckets: Any  # uint8: each key's bucket
+    span: int  # keys each CTA counts and scatters
+    bases: Any  # int64 [BUCKETS, CTAs]: each CTA's first key of each bucket, from the bucket's start
+
+    def scatter(self, k: Kernels | Packing, keys, out) -> None:
+        """``out`` <- ``keys`` grouped by bucket, stably (kernels/kernel_buckets.cuh)."""
+        ctas = self.bases.shape[1]
+        k.bucket_scatter((ctas,), (BUCKETS,), (keys, self.buckets, np.int64(keys.size), np.int64(self.span),
+                                               self.bases, self.tiles.offsets, out))
+
+
+def plan_buckets(k: Kernels | Packing, keys, nv: int, descending: bool) -> Buckets | None:
+    """A bucket pass for a keys-only sort of ``keys`` into tiles of ``nv``, or ``None`` where it does not pay.
+
+    Sample sort's partition.  Every ``n / (BUCKETS * BUCKET_SAMPLE)``-th
+    key is sampled and the sample sorted; every :data:`BUCKET_SAMPLE`-th key
+    of it is a splitter, and a key's bucket is how many splitters it does
+    not precede (kernels/bucket_search.cuh).  Buckets are ranges of the
+    order, so sorting each on its own sorts the whole, in ``log2`` of the
+    largest bucket's tiles merge levels instead of the whole sort's: eight
+    fewer for evenly spread keys.  The count pass runs here and the
+    buckets' totals come to the host (the levels and the tiles of each
+    bucket need them); the scatter runs only where it saves
+    :data:`BUCKET_LEVELS_SAVED` levels (keys of a few values, or all equal,
+    fill one bucket and save none).  ``None`` also below
+    :data:`BUCKET_MIN_KEYS` keys (or four samples).  Holds a byte per key
+    until the scatter.
+    """
+    import cupy
+
+    n = keys.size
+    sample_size = BUCKETS * BUCKET_SAMPLE
+    if n < max(BUCKET_MIN_KEYS, 4 * sample_size) or k.bucket_count is None:
+        return None
+    stride = n // sample_size
+    sample = cupy.ascontiguousarray(keys[stride // 2::stride][:sample_size])
+    ordered, _ = mergesort(sample, descending=descending)  # too few keys for buckets of its own
+
+    tile = BUCKETS * math.lcm(BUCKET_COUNT_VT, *BUCKET_VT.values())  # the scatter's and the count's tiles divide it
+    span = tile * -(-n // (tile * BUCKET_CTAS))
+    ctas = -(-n // span)
+    counts = cupy.empty((BUCKETS, ctas), np.int32)
+    buckets = cupy.empty(n, np.uint8)
+    k.bucket_count((ctas,), (BUCKETS,), (keys, np.int64(n), ordered, np.int64(BUCKET_SAMPLE), np.int64(span),
+                                         counts, buckets))
+    bases, totals = cupy.empty((BUCKETS, ctas), np.int64), cupy.empty(BUCKETS, np.int64)
+    k.bucket_bases((BUCKETS,), (BUCKETS,), (counts, np.int64(ctas), bases, totals))
+    totals = totals.get()  # the host waits here, once
+    levels = merge_passes(int(totals.max()), nv)
+    if merge_passes(n, nv) - levels < BUCKET_LEVELS_SAVED:
+        return None
+    tiles_of = -(-totals // nv)
+    first_tile = np.concatenate([[0], np.cumsum(tiles_of)])
+    # One small copy to the device: the offsets, then each bucket's first tile.
+    tables = cupy.asarray(np.concatenate([np.concatenate([[0], np.cumsum(totals)]).view(np.int32),
+                                          first_tile.astype(np.int32)]))
+    tiles = Tiles(int(first_tile[-1]), levels, offsets=tables[:2 * BUCKETS + 2].view(np.int64),
+                  first_tile=tables[2 * BUCKETS + 2:], tile_bucket=cupy.empty(int(first_tile[-1]), np.int32))
+    k.tile_buckets((-(-tiles.count // PARTITION_NT),), (PARTITION_NT,),
+                   (tiles.first_tile, np.int32(tiles.count), tiles.tile_bucket))
+    splitters = ordered[BUCKET_SAMPLE::BUCKET_SAMPLE]
+    return Buckets(tiles, splitters, buckets, span, bases)
+
+
+def _merge_levels(k: Kernels, plan: list[int], key_bufs, value_bufs, tiles: Tiles, positions: bool = False) -> None:
+    """The merge passes of ``plan`` over sorted ``tiles`` in buffer ``len(plan) % 2``, ping-ponging to buffer 0.
 
     ``positions``: the last pass stores the packed words' positions
     (kernels/packed_positions.cuh).
     """
     import cupy
 
-    tiles = -(-n // k.nv)
+    if not plan:
+        return
+    n = key_bufs[0].size
     # The partitions: per tile, one int64 for a two-way pass, four for a four-way one.
-    splits = cupy.empty((4 if 4 in plan else 1) * tiles if plan else 0, np.int64)
+    splits = cupy.empty((4 if 4 in plan else 1) * tiles.count, np.int64)
     src, run = len(plan) % 2, k.nv
     for index, ways in enumerate(plan):
         dst = 1 - src
         last = positions and index == len(plan) - 1
         if ways == 4:
-            merge_pass_four(k, key_bufs[src], run, n, splits, key_bufs[dst],
+            merge_pass_four(k, key_bufs[src], run, n, splits, key_bufs[dst], tiles,
                             kernel=k.merge_four_positions if last else k.merge_four)
         else:
             merge_pass(k, key_bufs[src], value_bufs[src], key_bufs[src][run:], _tail(value_bufs[src], run),
-                       run, n, n - run, splits[:tiles], key_bufs[dst], value_bufs[dst],
+                       run, n, n - run, splits[:tiles.count], key_bufs[dst], value_bufs[dst], tiles,
                        kernel=k.merge_positions if last else k.merge)
         src, run = dst, ways * run
 
@@ -523,10 +688,10 @@ def merge(a_keys, a_values, b_keys, b_values, *, descending: bool = False, out=N
         out = cupy.empty(n, a_keys.dtype), cupy.empty(n, a_values.dtype) if has_values else None
     out_keys, out_values = out
     if n:
-        tiles = -(-n // k.nv)
+        tiles = Tiles.whole(n, k.nv)
         merge_pass(k, a_keys, a_values if has_values else NULL, b_keys,
                    b_values if has_values else NULL, max(na, nb), na, nb,
-                   cupy.empty(tiles, np.int64), out_keys, out_values if has_values else NULL)
+                   cupy.empty(tiles.count, np.int64), out_keys, out_values if has_values else NULL, tiles)
     return out_keys, out_values
 
 
@@ -576,46 +741,45 @@ def merge_tree(runs, *, descending: bool = False, scratch=None):
     return level[0]
 
 
-def blocksort(k: Kernels | Packing, keys, values, out_keys, out_values, kernel=None) -> None:
-    """Sort every tile of ``k.nv`` keys (kernels/kernel_blocksort.cuh); null ``values``: positions.
+def blocksort(k: Kernels | Packing, keys, values, out_keys, out_values, tiles: Tiles, kernel=None) -> None:
+    """Sort every tile of ``k.nv`` keys where ``tiles`` places them (kernels/kernel_blocksort.cuh); null ``values``: positions.
 
     ``kernel``: one of ``k``'s blocksorts other than ``k.blocksort``.
     """
-    tiles = -(-keys.size // k.nv)
-    (kernel or k.blocksort)((tiles,), (k.nt,), (keys, values, np.int64(keys.size), out_keys, out_values))
+    (kernel or k.blocksort)((tiles.count,), (k.nt,), (keys, values, np.int64(keys.size), out_keys, out_values,
+                                                     *tiles.args))
 
 
 def merge_pass(k: Kernels, a_keys, a_values, b_keys, b_values, run: int, a_count: int,
-               b_count: int, a_starts, out_keys, out_values, kernel=None) -> None:
+               b_count: int, a_starts, out_keys, out_values, tiles: Tiles, kernel=None) -> None:
     """One merge pass (kernels/merge_pass.cuh): partition, then merge tile by tile.
 
     ``a_starts`` (int64, one per output tile) receives the partition;
     ``kernel`` is ``k.merge`` (the default) or ``k.merge_positions``.
     """
-    tiles = a_starts.size
     runs = (np.int64(run), np.int64(a_count), np.int64(b_count))
     k.partition(
-        (-(-tiles // PARTITION_NT),),
+        (-(-tiles.count // PARTITION_NT),),
         (PARTITION_NT,),
-        (a_keys, b_keys, *runs, np.int64(k.nv), np.int64(tiles), a_starts),
+        (a_keys, b_keys, *runs, np.int64(k.nv), np.int64(tiles.count), a_starts, *tiles.args),
     )
-    (kernel or k.merge)((tiles,), (k.nt,), (a_keys, a_values, b_keys, b_values, *runs, a_starts, out_keys,
-                                           out_values))
+    (kernel or k.merge)((tiles.count,), (k.nt,), (a_keys, a_values, b_keys, b_values, *runs, a_starts, out_keys,
+                                                 out_values, *tiles.args))
 
 
-def merge_pass_four(k: Kernels, keys, run: int, count: int, splits, out_keys, kernel=None) -> None:
+def merge_pass_four(k: Kernels, keys, run: int, count: int, splits, out_keys, tiles: Tiles, kernel=None) -> None:
     """One four-way merge pass over runs of ``run`` keys (kernels/merge_pass.cuh), keys only.
 
     ``splits`` (int64, four per output tile) receives the partition;
     ``kernel`` is ``k.merge_four`` (the default) or ``k.merge_four_positions``.
     """
-    tiles = splits.size // 4
     k.partition_four(
-        (-(-tiles // PARTITION_NT),),
+        (-(-tiles.count // PARTITION_NT),),
         (PARTITION_NT,),
-        (keys, np.int64(run), np.int64(count), np.int64(k.nv), np.int64(tiles), splits),
+        (keys, np.int64(run), np.int64(count), np.int64(k.nv), np.int64(tiles.count), splits, *tiles.args),
     )
-    (kernel or k.merge_four)((tiles,), (k.nt,), (keys, np.int64(run), np.int64(count), splits, out_keys))
+    (kernel or k.merge_four)((tiles.count,), (k.nt,), (keys, np.int64(run), np.int64(count), splits, out_keys,
+                                                      *tiles.args))
 
 
 def _tail(values, start: int):

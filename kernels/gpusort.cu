@@ -7,15 +7,22 @@
 // then merge in each pass).  A two-way pass doubles it; a four-way pass
 // (keys only) quadruples it, reading and writing every key once as a
 // two-way pass does; gpusort/kernels.py says for which keys it pays.  Merging two sorted arrays is one two-way pass.
+// Large keys-only sorts start with a bucket pass (a sample sort's
+// partition): keys split into 256 buckets by sampled splitters, each bucket
+// then sorted on its own by the same blocksort and merge passes, which
+// place their tiles by bucket (segments.cuh).
 //
 // Files, by the layer their name gives:
 //   types.cuh, order.cuh       key and value types; the order (NaN last)
 //   packed_positions.cuh       keys in and out as they are, or packed with
 //                              their positions (an argsort)
+//   segments.cuh               where each tile lies: from 0, or in a bucket
+//   bucket_search.cuh          the bucket of a key (splitters)
 //   merge_path.cuh             merge path search (any memory)
 //   multiway_path.cuh          the same over K runs
 //   thread_*.cuh               one thread, registers: sort VT keys, merge VT
-//   block_*.cuh                one CTA: move a tile, sort a tile, merge a tile
+//   block_*.cuh                one CTA: move a tile, sort a tile, merge a tile,
+//                              stage a tile by bucket
 //   merge_pass.cuh             which runs a merge pass pairs (or groups) up
 //   kernel_*.cuh               __global__ entry points, thin
 // Templates: NT, VT (tuning, chosen by gpusort/kernels.py), Key (signed char
@@ -28,3 +35,4 @@
 #include "kernel_partition.cuh"
 #include "kernel_merge_four.cuh"
 #include "kernel_partition_four.cuh"
+#include "kernel_buckets.cuh"

@@ -3,6 +3,7 @@
 
 #include "block_sort.cuh"
 #include "order.cuh"
+#include "segments.cuh"
 
 namespace gpusort {
 
@@ -12,14 +13,18 @@ namespace gpusort {
 // keys as packed words, and stores positions where the blocksort is its only
 // pass).  values_in == nullptr means "the keys' positions"
 // (argsort): each value is then its key's index in keys_in, made here
-// instead of read.  The last tile is padded with Order::last() keys (see
-// order.cuh), so block_sort always sorts full tiles.
+// instead of read.  A segment's last tile is padded with Order::last() keys
+// (see order.cuh), so block_sort always sorts full tiles.  Tiles lie where
+// `segments` (segments.cuh) says: over the whole input, or in buckets; a
+// bucketed blocksort sorts in place (keys_in == keys_out), each CTA reading
+// its tile before it writes it.
 template <int NT, int VT, class Key, class Value, class Order, class Load = as_is,
           class Store = as_is>
 __global__ void __launch_bounds__(NT)
     kernel_blocksort(const typename Load::template input<Key>* keys_in, const Value* values_in,
                      i64 count, typename Store::template output<Key>* keys_out,
-                     Value* values_out) {
+                     Value* values_out, const i64* offsets, const int* tile_bucket,
+                     const int* first_tile) {
   constexpr int NV = NT * VT;
   __shared__ union {
     Key keys[NV];
@@ -30,8 +35,9 @@ __global__ void __launch_bounds__(NT)
                 "and value size (gpusort/kernels.py, TUNING)");
 
   const int tid = threadIdx.x;
-  const i64 tile_begin = i64(blockIdx.x) * NV;
-  const int tile_count = count - tile_begin < NV ? int(count - tile_begin) : NV;
+  const tile_place at = segments{offsets, tile_bucket, first_tile}.place(blockIdx.x, NV, count);
+  const i64 tile_begin = at.base + at.out;
+  const int tile_count = at.count - at.out < NV ? int(at.count - at.out) : NV;
 
   Key keys[VT];
   Value values[VT];

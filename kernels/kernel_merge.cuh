@@ -17,7 +17,8 @@ __global__ void __launch_bounds__(NT)
     kernel_merge(const Key* a_keys, const Value* a_values, const Key* b_keys,
                  const Value* b_values, i64 run_length, i64 a_count, i64 b_count,
                  const i64* a_starts, typename Store::template output<Key>* out_keys,
-                 Value* out_values) {
+                 Value* out_values, const i64* offsets, const int* tile_bucket,
+                 const int* first_tile) {
   constexpr int NV = NT * VT;
   static_assert(NV < (1 << 30), "tile positions are ints: NT * VT must stay far below 2^31");
   __shared__ union {
@@ -29,8 +30,10 @@ __global__ void __launch_bounds__(NT)
                 "and value size (gpusort/kernels.py, TUNING)");
 
   const i64 tile = blockIdx.x;
-  const run_pair pair = merge_pass{run_length, a_count, b_count}.pair_at(tile * NV);
-  const i64 diag = tile * NV - pair.begin;  // first output of this tile, within its pair
+  const segments segs{offsets, tile_bucket, first_tile};
+  const tile_place at = segs.place(tile, NV, a_count);
+  const run_pair pair = merge_pass::of(segs, at, run_length, a_count, b_count).pair_at(at.out);
+  const i64 diag = at.out - pair.begin;  // first output of this tile, within its pair
   const i64 pair_count = pair.a_count + pair.b_count;
   const i64 diag_end = diag + NV < pair_count ? diag + NV : pair_count;
   // The pair's last tile ends at the runs' ends; any other tile where the next begins.
@@ -38,7 +41,8 @@ __global__ void __launch_bounds__(NT)
   const i64 a1 = diag_end == pair_count ? pair.a_count : a_starts[tile + 1];
   const i64 b0 = diag - a0, b1 = diag_end - a1;
 
-  const i64 a_at = pair.begin + a0, b_at = pair.begin + b0, out_at = pair.begin + diag;
+  const i64 begin = at.base + pair.begin;
+  const i64 a_at = begin + a0, b_at = begin + b0, out_at = begin + diag;
   if constexpr (has_values<Value>) {
     a_values += a_at;
     b_values += b_at;

@@ -17,7 +17,8 @@ namespace gpusort {
 template <int NT, int VT, class Key, class Order, class Store = as_is>
 __global__ void __launch_bounds__(NT, 1024 / NT)
     kernel_merge_four(const Key* keys, i64 run_length, i64 count, const i64* splits,
-                      typename Store::template output<Key>* out) {
+                      typename Store::template output<Key>* out, const i64* offsets,
+                      const int* tile_bucket, const int* first_tile) {
   constexpr int NV = NT * VT;
   static_assert(NV < (1 << 30), "tile positions are ints: NT * VT must stay far below 2^31");
   __shared__ Key shared[NV];
@@ -26,8 +27,9 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
                 "size (gpusort/kernels.py, TUNING)");
 
   const i64 tile = blockIdx.x;
-  const run_group group = merge_pass_four{run_length, count}.group_at(tile * NV);
-  const i64 diag = tile * NV - group.begin;
+  const tile_place at = segments{offsets, tile_bucket, first_tile}.place(tile, NV, count);
+  const run_group group = merge_pass_four{run_length, at.count}.group_at(at.out);
+  const i64 diag = at.out - group.begin;
   const i64 group_count = group.counts[0] + group.counts[1] + group.counts[2] + group.counts[3];
   // The group's last tile ends at the runs' ends; any other tile where the next begins.
   const bool last = diag + NV >= group_count;
@@ -37,10 +39,11 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
   for (int r = 0; r < 4; ++r) {
     const i64 begin = splits[4 * tile + r];
     const i64 end = last ? group.counts[r] : splits[4 * (tile + 1) + r];
-    runs[r] = keys + group.begin + r * run_length + begin;
+    runs[r] = keys + at.base + group.begin + r * run_length + begin;
     counts[r] = int(end - begin);
   }
-  block_merge_four<NT, VT, Store>(runs, counts, out + group.begin + diag, shared, threadIdx.x, Order());
+  block_merge_four<NT, VT, Store>(runs, counts, out + at.base + group.begin + diag, shared,
+                                  threadIdx.x, Order());
 }
 
 }  // namespace gpusort

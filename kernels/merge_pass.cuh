@@ -8,10 +8,12 @@
 //     a_count = n, b_count = n - L, so pair p is runs 2p and 2p + 1;
 //   - a merge of two separate sorted arrays: a single pair, L >= both counts.
 // Tiles of NV outputs never straddle two pairs: in a mergesort pass 2L is a
-// multiple of NV, and a single merge has one pair.
+// multiple of NV, and a single merge has one pair.  In a sort of buckets
+// (segments.cuh) each bucket is such a mergesort pass of its own, with
+// positions counted from the bucket's start.
 #pragma once
 
-#include "types.cuh"
+#include "segments.cuh"
 
 namespace gpusort {
 
@@ -25,6 +27,13 @@ struct merge_pass {
   i64 run_length;
   i64 a_count;
   i64 b_count;
+
+  // The pass over tile `at`'s segment: a bucket's, or the one given.
+  static __device__ __forceinline__ merge_pass of(const segments& segs, const tile_place& at,
+                                                  i64 run_length, i64 a_count, i64 b_count) {
+    return segs.bucketed() ? merge_pass{run_length, at.count, at.count - run_length}
+                           : merge_pass{run_length, a_count, b_count};
+  }
 
   // The pair that output position `out` belongs to.
   __device__ __forceinline__ run_pair pair_at(i64 out) const {

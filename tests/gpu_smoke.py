@@ -7,7 +7,7 @@ Meant to run under compute-sanitizer, where full test sizes would take too long:
 
 Sizes leave a partial last tile and a partial last group of runs: keys-only
 sorts of 8-byte keys and packed argsorts take two four-way merge passes,
-other sorts four two-way ones.
+other sorts four two-way ones.  The last sorts begin with a bucket pass.
 """
 
 from __future__ import annotations
@@ -46,6 +46,16 @@ def main() -> None:
     for n in (nv - 1, 2 * nv - 3):
         x = rng.integers(-3, 3, n).astype(np.int32)
         assert (cupy.asnumpy(kernels.packed_argsort(cupy.asarray(x))) == ref_argsort(x)).all()
+    # Bucket passes (forced at this size, with a small sample): keys spread
+    # over many buckets of one partial tile, and keys of a few values whose
+    # buckets take two- and four-way passes; a sort and a packed argsort.
+    kernels.BUCKET_MIN_KEYS, kernels.BUCKET_LEVELS_SAVED, kernels.BUCKET_SAMPLE = 0, 0, 16
+    for dtype, values in (("int32", 2**31), ("float64", 0), ("int32", 3)):
+        x = rng.integers(-values, values, 50_003).astype(dtype) if values else rng.standard_normal(50_003)
+        d = cupy.asarray(x)
+        perm = ref_argsort(x)
+        assert (cupy.asnumpy(gpu.sort(d)) == x[perm]).all()
+        assert (cupy.asnumpy(gpu.argsort(d)) == perm).all()
     cupy.cuda.runtime.deviceSynchronize()
     print("gpu smoke OK")
 

@@ -84,16 +84,22 @@ def sizes(dtype):
     return [0, 1, t - 1, t, t + 1, 5 * t + 3]
 
 
+def check_sort_and_argsort(x: np.ndarray, descending: bool):
+    """``gpu.sort`` and ``gpu.argsort`` of host keys ``x`` against the reference; returns ``x`` on the GPU and the order."""
+    d = cupy.asarray(x)
+    perm = ref_argsort(x, descending)
+    assert_same(gpu.sort(d, descending=descending), x[perm])
+    assert_same(gpu.argsort(d, descending=descending), perm)
+    return d, perm
+
+
 @pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
 @pytest.mark.parametrize("dtype", KEY_DTYPES, ids=str)
 def test_sort_argsort_pairs_every_size_and_pattern(dtype, descending, rng):
     for n in sizes(dtype):
         for pattern in PATTERNS:
             x = make_keys(dtype, n, pattern, rng)
-            d = cupy.asarray(x)
-            perm = ref_argsort(x, descending)
-            assert_same(gpu.sort(d, descending=descending), x[perm])
-            assert_same(gpu.argsort(d, descending=descending), perm)
+            d, perm = check_sort_and_argsort(x, descending)
             values = cupy.arange(n, dtype=np.float32)  # 4-byte values move through the kernels
             k, v = gpu.sort_pairs(d, values, descending=descending)
             assert_same(k, x[perm])
@@ -168,6 +174,62 @@ def test_packed_argsort_every_plan(dtype, descending, rng, monkeypatch):
                                                descending=descending), perm)
             assert_same(gpu.argsort(d, descending=descending), perm)
             assert_same(d, x)  # input untouched
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint16"])
+def test_bucket_scatter_groups_stably(dtype, rng, monkeypatch):
+    # The scatter alone against NumPy: a key's bucket is how many splitters
+    # are <= it, and each bucket keeps its keys in input order.
+    monkeypatch.setattr(kernels, "BUCKET_MIN_KEYS", 0)
+    monkeypatch.setattr(kernels, "BUCKET_LEVELS_SAVED", 0)  # the heavy bucket saves few levels
+    x = make_keys(dtype, 300_007, "random", rng)
+    x[rng.random(x.size) < 0.2] = x[0]  # one heavy bucket
+    d = cupy.asarray(x)
+    k = kernels.kernels(x.dtype, 0, False)
+    plan = kernels.plan_buckets(k, d, k.nv, False)
+    assert plan is not None
+    out = cupy.empty_like(d)
+    plan.scatter(k, d, out)
+    buckets = np.searchsorted(cupy.asnumpy(plan.splitters), x, side="right")
+    expected = x[np.argsort(buckets, kind="stable")]
+    assert_same(out, expected)
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(buckets, minlength=kernels.BUCKETS))])
+    assert_same(plan.tiles.offsets, offsets.astype(np.int64))
+
+
+@pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
+@pytest.mark.parametrize("dtype", KEY_DTYPES, ids=str)
+def test_bucket_pass_every_dtype_and_pattern(dtype, descending, rng, monkeypatch):
+    # Sorts that begin with a bucket pass, forced even where it saves nothing
+    # so that every pattern sorts bucket by bucket: buckets of one partial
+    # tile (no merge pass at all), empty buckets, one bucket of every key,
+    # and buckets of many tiles merged two and four ways, the last pair or
+    # group of each bucket cut short by its end.  Ties keep input order.
+    monkeypatch.setattr(kernels, "BUCKET_MIN_KEYS", 0)
+    monkeypatch.setattr(kernels, "BUCKET_LEVELS_SAVED", 0)
+    monkeypatch.setattr(kernels, "FOUR_WAY_MIN_KEYS", 0)
+    for n in (4 * kernels.BUCKETS * kernels.BUCKET_SAMPLE + 3, 300_007):
+        for pattern in PATTERNS:
+            x = make_keys(dtype, n, pattern, rng)
+            d, _ = check_sort_and_argsort(x, descending)
+            assert_same(d, x)  # input untouched
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32", "int64", "float64"])
+def test_bucket_pass_large(dtype, rng, monkeypatch):
+    # Buckets of evenly spread keys several tiles long, as the sort decides
+    # by itself (the scatter saves levels here) once the size threshold lets
+    # it try, against NumPy's stable sort.
+    monkeypatch.setattr(kernels, "BUCKET_MIN_KEYS", 2**22)
+    n = 2**22 + 2**20 + 5
+    for pattern in ("random", "special"):
+        x = make_keys(dtype, n, pattern, rng)
+        d = cupy.asarray(x)
+        k = kernels.kernels(x.dtype, 0, False)
+        assert pattern != "random" or kernels.plan_buckets(k, d, k.nv, False) is not None
+        perm = np.argsort(x, kind="stable")
+        assert_same(gpu.sort(d), x[perm])
+        assert_same(gpu.argsort(d), perm)
 
 
 def test_packed_argsort_refuses_too_many_keys():

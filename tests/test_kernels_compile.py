@@ -27,8 +27,9 @@ pytestmark = pytest.mark.skipif(
 
 
 def _key_of(expression: str) -> str:
-    """The key type an instantiation is for: one translation unit per key type."""
-    return re.search(r"<(?:\d+, \d+, )?([^,]+),", expression).group(1)
+    """The key type an instantiation is for: one translation unit per key type, one for kernels of no key."""
+    typed = re.search(r"<(?:\d+, \d+, )?([^,>]+),", expression)
+    return typed.group(1) if typed else "keyless"
 
 
 def _compile(unit: str, expressions: list[str], tmp_path) -> str:
@@ -63,7 +64,7 @@ def test_every_instantiation_compiles_for_sm_90(tmp_path):
     units: dict[str, list[str]] = {}
     for e in names:
         units.setdefault(_key_of(e).replace(" ", "_").replace("gpusort::", ""), []).append(e)
-    assert len(units) == len(kernels.KEY_TYPES)
+    assert len(units) == len(kernels.KEY_TYPES) + 1  # and the bucket pass's scans
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         logs = list(pool.map(lambda u: _compile(u, units[u], tmp_path), units))
@@ -89,13 +90,16 @@ def test_instantiations_cover_every_key_value_and_order():
             names_of = kernels.expressions(128, 11, key, value_size, False)
             four = value_size == 0 and key.itemsize in kernels.FOUR_WAY_KEY_SIZES
             assert ("merge_four" in names_of) == ("partition_four" in names_of) == four, (key, value_size)
+            # Bucket passes: keys-only sorts of every key type.
+            assert ("bucket_count" in names_of) == ("bucket_scatter" in names_of) == (value_size == 0)
     # Packed argsorts: a blocksort per narrow key type and order; the word module stores positions.
     nt, vt = kernels.launch_box(ARCH, kernels.WORD.itemsize)
     packed = [key for key in kernels.KEY_TYPES if kernels.packs(key)]
     assert len(packed) == 8 and not kernels.packs(np.int64) and not kernels.packs(np.float64)
     for key in packed:
         for descending in kernels.ORDERS:
-            assert set(kernels.packing_expressions(nt, vt, key, descending).values()) <= set(names)
+            packing = kernels.packing_expressions(nt, vt, key, descending)
+            assert set(packing.values()) <= set(names) and "bucket_scatter" in packing
     assert {"merge_positions", "merge_four_positions"} <= set(kernels.expressions(nt, vt, kernels.WORD, 0, False))
     assert "merge_positions" not in kernels.expressions(nt, vt, kernels.WORD, 0, True)
     assert "merge_positions" not in kernels.expressions(nt, vt, np.int64, 0, False)

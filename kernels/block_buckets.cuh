@@ -1,0 +1,146 @@
+// One CTA of a bucket pass: find each key's bucket, and stage a tile in
+// shared memory grouped by bucket, stably.
+//
+// Warp w owns tile positions [32 VT w, 32 VT (w + 1)) and reads them in VT
+// rounds of 32 consecutive keys (lane l of round r holds position
+// 32 VT w + 32 r + l): coalesced, and (warp, round, lane) is the keys'
+// order, so ranks counted in that order keep ties in input order.
+#pragma once
+
+#include "bucket_search.cuh"
+#include "packed_positions.cuh"
+
+namespace gpusort {
+
+// Tile position of round r's key in lane `lane` of warp `warp`.
+template <int VT>
+__device__ __forceinline__ int stage_position(int warp, int r, int lane) {
+  return 32 * VT * warp + 32 * r + lane;
+}
+
+// bucket[r] <- the bucket of tile position stage_position(warp, r, lane) of
+// keys[begin, begin + count), by splitters (bucket_search.cuh); BUCKETS
+// past `count`.
+template <int VT, class Key, class Order>
+__device__ __forceinline__ void search_tile(const Key* keys, i64 begin, int count,
+                                            const Key* tree, int (&bucket)[VT], int warp, int lane,
+                                            Order precedes) {
+  Key x[VT];  // every load is issued before the first search waits on one
+#pragma unroll
+  for (int r = 0; r < VT; ++r) {
+    const int j = stage_position<VT>(warp, r, lane);
+    if (j < count) x[r] = keys[begin + j];
+  }
+#pragma unroll
+  for (int r = 0; r < VT; ++r) {
+    const int j = stage_position<VT>(warp, r, lane);
+    bucket[r] = j < count ? bucket_of(x[r], tree, precedes) : BUCKETS;
+  }
+}
+
+// x[r], bucket[r] <- the key at stage_position(warp, r, lane) of
+// keys[begin, begin + count), read through the Load policy, and its bucket
+// from `buckets`; BUCKETS past `count`.
+template <int VT, class Load, class In, class Out>
+__device__ __forceinline__ void load_tile(const In* keys, const unsigned char* buckets, i64 begin,
+                                          int count, Out (&x)[VT], int (&bucket)[VT], int warp,
+                                          int lane) {
+#pragma unroll
+  for (int r = 0; r < VT; ++r) {
+    const int j = stage_position<VT>(warp, r, lane);
+    if (j < count) x[r] = Load::template load<Out>(keys, begin + j);
+    bucket[r] = j < count ? buckets[begin + j] : BUCKETS;
+  }
+}
+
+// The shared memory of block_stage for NT threads: the tile grouped by
+// bucket, each key's bucket, and the counts that place them.
+template <int NT, int VT, class Out>
+struct bucket_stage {
+  static constexpr int WARPS = NT / 32;
+  static_assert(NT * VT < 65536, "warp_counts hold tile positions in 16 bits");
+  Out keys[NT * VT];
+  unsigned char buckets[NT * VT];
+  unsigned peers[WARPS][BUCKETS];  // a round's lanes of each bucket; zero between rounds
+  // A warp's keys of each bucket so far, then where they go in `keys`;
+  // zero between tiles.
+  unsigned short warp_counts[WARPS][BUCKETS];
+  int starts[BUCKETS];  // where each bucket's keys start in `keys`
+  int warp_totals[WARPS];
+};
+
+// stage.keys[0, count) <- the tile (x, bucket from load_tile) grouped by
+// bucket, ties in input order; stage.buckets likewise; stage.starts.
+// `bucket` is overwritten.
+// Returns how many keys of bucket `tid` the tile has (NT == BUCKETS: thread
+// b speaks for bucket b).  Ends with a barrier; the caller zeroes column
+// `tid` of warp_counts before the next tile.
+template <int NT, int VT, class Out>
+__device__ __forceinline__ int block_stage(const Out (&x)[VT], int (&bucket)[VT],
+                                           bucket_stage<NT, VT, Out>& stage, int tid) {
+  static_assert(NT == BUCKETS, "the stage gives each thread one bucket");
+  constexpr int WARPS = bucket_stage<NT, VT, Out>::WARPS;
+  const int warp = tid / 32, lane = tid % 32;
+  const unsigned before_me = (1u << lane) - 1;
+  // Ranks within the warp, round by round: a key follows the warp's earlier
+  // keys of its bucket and its round's lower lanes.  The lanes that share a
+  // bucket are found by an atomic OR into a shared mask, as CUB's
+  // BlockRadixRankMatchEarlyCounts does.  Each rank joins its bucket in
+  // bucket[r] (rank << 9 | bucket: buckets take 9 bits with BUCKETS, "no
+  // key"), a register per key fewer.
+#pragma unroll
+  for (int r = 0; r < VT; ++r) {
+    const int b = bucket[r];
+    const bool real = b < BUCKETS;
+    if (real) atomicOr(&stage.peers[warp][b], 1u << lane);
+    __syncwarp();
+    const unsigned peers = real ? stage.peers[warp][b] : 0u;
+    const int seen = real ? stage.warp_counts[warp][b] : 0;
+    bucket[r] = (seen + __popc(peers & before_me)) << 9 | b;
+    __syncwarp();
+    if (real && (peers & before_me) == 0) {  // the bucket's first lane speaks for it
+      stage.warp_counts[warp][b] = (unsigned short)(seen + __popc(peers));
+      stage.peers[warp][b] = 0u;
+    }
+    __syncwarp();
+  }
+  __syncthreads();
+
+  // Bucket `tid`: its start in the tile (an exclusive scan of the totals
+  // over the CTA), then where each warp's keys of it begin.
+  int total = 0;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) total += stage.warp_counts[w][tid];
+  int scan = total;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int y = __shfl_up_sync(~0u, scan, d);
+    if (lane >= d) scan += y;
+  }
+  if (lane == 31) stage.warp_totals[warp] = scan;
+  __syncthreads();
+  int start = scan - total;
+  for (int w = 0; w < warp; ++w) start += stage.warp_totals[w];
+  stage.starts[tid] = start;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) {
+    const int c = stage.warp_counts[w][tid];
+    stage.warp_counts[w][tid] = (unsigned short)start;
+    start += c;
+  }
+  __syncthreads();
+
+#pragma unroll
+  for (int r = 0; r < VT; ++r) {
+    const int b = bucket[r] & 511;
+    if (b < BUCKETS) {
+      const int slot = stage.warp_counts[warp][b] + (bucket[r] >> 9);
+      stage.keys[slot] = x[r];
+      stage.buckets[slot] = (unsigned char)b;
+    }
+  }
+  __syncthreads();
+  return total;
+}
+
+}  // namespace gpusort

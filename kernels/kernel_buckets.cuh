@@ -1,0 +1,150 @@
+// Entry points of a bucket pass: split the keys of a sort into BUCKETS
+// buckets by sampled splitters, so that a keys-only sort then sorts each
+// bucket on its own (segments.cuh): eight fewer merge levels for evenly
+// spread keys, at the cost of a count and a scatter pass.
+//
+// Reduce, scan, scatter.  CTA c counts the keys of each bucket in its span
+// of the input and writes every key's bucket as a byte
+// (kernel_bucket_count); kernel_bucket_bases scans each bucket's counts
+// over the spans; kernel_bucket_scatter moves span c's keys of bucket b to
+// the bucket's offset plus that scan, tile by tile, each tile staged by
+// bucket (block_buckets.cuh) so that every bucket is written in runs.
+// Spans go in order and each tile is staged stably, so every bucket keeps
+// its keys in input order: the sort stays stable.  The bytes save the
+// scatter a second search (NOTES, version 11).
+#pragma once
+
+#include "block_buckets.cuh"
+#include "order.cuh"
+
+namespace gpusort {
+
+// counts[b * gridDim.x + c] <- how many keys of span c, keys[c * span,
+// (c + 1) * span), fall in bucket b; buckets[i] <- the bucket of keys[i].
+// The splitters are every step-th key of a sorted sample (bucket_search.cuh).
+template <int NT, int VT, class Key, class Order>
+__global__ void __launch_bounds__(NT)
+    kernel_bucket_count(const Key* keys, i64 count, const Key* sample, i64 step, i64 span,
+                        int* counts, unsigned char* buckets) {
+  static_assert(NT == BUCKETS, "one thread a bucket");
+  constexpr int WARPS = NT / 32;
+  __shared__ Key tree[BUCKETS];
+  __shared__ int histograms[WARPS][BUCKETS];  // one a warp: fewer lanes contend for a counter
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  if (tid < BUCKETS - 1) place_splitter(sample, step, tid, tree);
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) histograms[w][tid] = 0;
+  __syncthreads();
+
+  const i64 begin = i64(blockIdx.x) * span;
+  const i64 end = begin + span < count ? begin + span : count;
+  for (i64 tile = begin; tile < end; tile += NT * VT) {
+    const int tile_count = int(end - tile < NT * VT ? end - tile : NT * VT);
+    int bucket[VT];
+    search_tile<VT>(keys, tile, tile_count, tree, bucket, warp, lane, Order());
+#pragma unroll
+    for (int r = 0; r < VT; ++r) {
+      if (bucket[r] < BUCKETS) {
+        atomicAdd(&histograms[warp][bucket[r]], 1);
+        buckets[tile + stage_position<VT>(warp, r, lane)] = (unsigned char)bucket[r];
+      }
+    }
+  }
+  __syncthreads();
+  int total = 0;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) total += histograms[w][tid];
+  counts[i64(tid) * gridDim.x + blockIdx.x] = total;
+}
+
+// CTA b: bases[b * spans + c] <- how many keys of bucket b the spans before
+// c have (an exclusive scan of row b of kernel_bucket_count's counts), and
+// totals[b] <- the bucket's keys.
+template <int NT>
+__global__ void __launch_bounds__(NT)
+    kernel_bucket_bases(const int* counts, i64 spans, i64* bases, i64* totals) {
+  __shared__ i64 warp_sums[NT / 32];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const i64 row = i64(blockIdx.x) * spans;
+  i64 carry = 0;
+  for (i64 c0 = 0; c0 < spans; c0 += NT) {
+    const i64 c = c0 + tid;
+    const i64 x = c < spans ? counts[row + c] : 0;
+    i64 scan = x;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const i64 y = __shfl_up_sync(~0u, scan, d);
+      if (lane >= d) scan += y;
+    }
+    if (lane == 31) warp_sums[warp] = scan;
+    __syncthreads();
+    i64 before = carry;
+    for (int w = 0; w < warp; ++w) before += warp_sums[w];
+    for (int w = 0; w < NT / 32; ++w) carry += warp_sums[w];
+    if (c < spans) bases[row + c] = before + scan - x;
+    __syncthreads();
+  }
+  if (tid == 0) totals[blockIdx.x] = carry;
+}
+
+// tile_bucket[t] <- the bucket whose tiles first_tile[b] .. first_tile[b + 1] - 1
+// hold tile t (segments.cuh), for every tile t < tiles; NT threads a CTA.
+template <int NT>
+__global__ void __launch_bounds__(NT) kernel_tile_buckets(const int* first_tile, int tiles, int* tile_bucket) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= tiles) return;
+  int b = 0;  // the last bucket whose first tile is at most t (empty buckets come before it)
+#pragma unroll
+  for (int step = BUCKETS / 2; step >= 1; step /= 2) {
+    if (first_tile[b + step] <= t) b += step;
+  }
+  tile_bucket[t] = b;
+}
+
+// out[offsets[b] + bases[b * gridDim.x + c] ...] <- span c's keys of bucket
+// b, in input order, read through the Load policy (packed_positions.cuh: a
+// packed argsort packs its words here), their buckets from
+// kernel_bucket_count.  Two CTAs an SM: left alone the compiler took up to
+// 147 registers a thread, one CTA of 256; bounded, 117 to 128 and no spills
+// (ptxas, NOTES, version 11).
+template <int NT, int VT, class Out, class Load = as_is>
+__global__ void __launch_bounds__(NT, 2)
+    kernel_bucket_scatter(const typename Load::template input<Out>* keys,
+                          const unsigned char* buckets, i64 count, i64 span, const i64* bases,
+                          const i64* offsets, Out* out) {
+  constexpr int NV = NT * VT;
+  __shared__ i64 shift[BUCKETS];  // the tile's key j of bucket b goes to shift[b] + j
+  __shared__ bucket_stage<NT, VT, Out> stage;
+  static_assert(sizeof(shift) + sizeof(stage) <= 48 * 1024,
+                "a CTA gets at most 48 KB of static shared memory: lower VT for this key size "
+                "(gpusort/kernels.py, BUCKET_VT)");
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // Where bucket tid's next key goes.
+  i64 cursor = offsets[tid] + bases[i64(tid) * gridDim.x + blockIdx.x];
+#pragma unroll
+  for (int w = 0; w < NT / 32; ++w) {
+    stage.warp_counts[w][tid] = 0;
+    stage.peers[w][tid] = 0u;
+  }
+  __syncthreads();
+
+  const i64 begin = i64(blockIdx.x) * span;
+  const i64 end = begin + span < count ? begin + span : count;
+  for (i64 tile = begin; tile < end; tile += NV) {
+    const int tile_count = int(end - tile < NV ? end - tile : NV);
+    Out x[VT];
+    int bucket[VT];
+    load_tile<VT, Load>(keys, buckets, tile, tile_count, x, bucket, warp, lane);
+    const int total = block_stage<NT, VT>(x, bucket, stage, tid);
+    shift[tid] = cursor - stage.starts[tid];
+    cursor += total;
+#pragma unroll
+    for (int w = 0; w < NT / 32; ++w) stage.warp_counts[w][tid] = 0;
+    __syncthreads();
+    // The next tile writes the stage only after block_stage's first
+    // barrier, which every thread reaches after this loop.
+    for (int j = tid; j < tile_count; j += NT) out[shift[stage.buckets[j]] + j] = stage.keys[j];
+  }
+}
+
+}  // namespace gpusort
