@@ -84,7 +84,7 @@ def parse_budget(budget: int | str | None, argname: str = "gpu_memory_budget") -
 
 #: A keys-only sort's bucket pass holds each key's bucket, a byte.  Its
 #: tables (an int32 count and an int64 base for 256 buckets by at most 1024
-#: spans, 3 MiB) fit the slack of the 2**24 keys or more it needs.
+#: spans, 3 MiB) fit the slack of the 2**25 keys or more it needs.
 BUCKET_BYTES_PER_KEY = 1
 
 

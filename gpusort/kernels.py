@@ -118,9 +118,11 @@ BUCKETS = 256
 BUCKET_VT = {1: 24, 2: 24, 4: 24, 8: 12}
 #: Keys per thread of its count pass, any key size.
 BUCKET_COUNT_VT = 12
-#: Keys-only sorts of at least this many keys count their buckets (at 2**24
-#: int32 the pass broke even, 0.864 against 0.857 ms; int64 gained 11%) ...
-BUCKET_MIN_KEYS = 2**24
+#: Keys-only sorts of at least this many keys count their buckets.  At 2**25
+#: the pass gained 7% (int32) and 13% (int64); at 2**24 it broke even in
+#: one run and lost in benchmark runs, where its host steps (a sync, the
+#: tables) weigh most (NOTES, version 11) ...
+BUCKET_MIN_KEYS = 2**25
 #: ... and scatter them when that takes at least this many merge levels off
 #: the sort: at 2**28 the scatter took 1.48 ms (int32) and 2.47 ms (int64),
 #: the time of 2.3 and 3 merge levels (NOTES, version 11).
