@@ -453,7 +453,7 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
                              f"{n} keys: pad the segments to segment_length(length, {k.nv})")
     buckets = None
     if values_dtype is None and segment is None:
-        buckets = plan_buckets(k, keys, k.nv, descending)
+        buckets = plan_buckets(k, keys, descending)
     tiles = buckets.tiles if buckets else Tiles.whole(n, k.nv, segment)
     plan = pass_plan(tiles.levels, four_way=k.merge_four is not None and n >= FOUR_WAY_MIN_KEYS)
     # Ping-pong parity: every merge pass reads one buffer and writes the other,
@@ -499,20 +499,20 @@ def packed_argsort(keys, *, descending: bool = False):
     positions = cupy.empty(n, np.int64)
     # Splitters compare the keys themselves, in their own order; a bucket of
     # keys is the same bucket of their words.
-    buckets = plan_buckets(pack, keys, k.nv, descending)
+    buckets = plan_buckets(pack, keys, descending)  # pack.nv is the word module's
     tiles = buckets.tiles if buckets else Tiles.whole(n, k.nv)
     plan = pass_plan(tiles.levels, four_way=k.merge_four is not None and n >= FOUR_WAY_MIN_KEYS)
     # Ping-pong parity as in mergesort: the last pass lands in buffer 0, the
     # positions' memory, and stores positions there instead of words.
     bufs = [positions.view(WORD)] + ([cupy.empty(n, WORD)] if plan else [])
     words = bufs[len(plan) % 2]
+    first = k if buckets else pack  # the blocksort reads scattered words, or packs the keys itself
+    out, kernel = (words, first.blocksort) if plan else (positions, first.blocksort_positions)
     if buckets:
         buckets.scatter(pack, keys, words)
-        blocksort(k, words, NULL, positions if not plan else words, NULL, tiles,
-                  kernel=None if plan else k.blocksort_positions)  # in place
+        blocksort(k, words, NULL, out, NULL, tiles, kernel=kernel)  # in place
     elif n:
-        blocksort(pack, keys, NULL, positions if not plan else words, NULL, tiles,
-                  kernel=None if plan else pack.blocksort_positions)
+        blocksort(pack, keys, NULL, out, NULL, tiles, kernel=kernel)
     _merge_levels(k, plan, bufs, [NULL, NULL], tiles, positions=True)
     return positions
 
@@ -561,8 +561,8 @@ class Buckets:
                                                self.bases, self.tiles.offsets, out))
 
 
-def plan_buckets(k: Kernels | Packing, keys, nv: int, descending: bool) -> Buckets | None:
-    """A bucket pass for a keys-only sort of ``keys`` into tiles of ``nv``, or ``None`` where it does not pay.
+def plan_buckets(k: Kernels | Packing, keys, descending: bool) -> Buckets | None:
+    """A bucket pass for a keys-only sort of ``keys`` into tiles of ``k.nv``, or ``None`` where it does not pay.
 
     Sample sort's partition.  Every ``n / (BUCKETS * BUCKET_SAMPLE)``-th
     key is sampled and the sample sorted; every :data:`BUCKET_SAMPLE`-th key
@@ -598,10 +598,10 @@ def plan_buckets(k: Kernels | Packing, keys, nv: int, descending: bool) -> Bucke
     bases, totals = cupy.empty((BUCKETS, ctas), np.int64), cupy.empty(BUCKETS, np.int64)
     k.bucket_bases((BUCKETS,), (BUCKETS,), (counts, np.int64(ctas), bases, totals))
     totals = totals.get()  # the host waits here, once
-    levels = merge_passes(int(totals.max()), nv)
-    if merge_passes(n, nv) - levels < BUCKET_LEVELS_SAVED:
+    levels = merge_passes(int(totals.max()), k.nv)
+    if merge_passes(n, k.nv) - levels < BUCKET_LEVELS_SAVED:
         return None
-    tiles_of = -(-totals // nv)
+    tiles_of = -(-totals // k.nv)
     first_tile = np.concatenate([[0], np.cumsum(tiles_of)])
     # One small copy to the device: the offsets, then each bucket's first tile.
     tables = cupy.asarray(np.concatenate([np.concatenate([[0], np.cumsum(totals)]).view(np.int32),

@@ -186,7 +186,7 @@ def test_bucket_scatter_groups_stably(dtype, rng, monkeypatch):
     x[rng.random(x.size) < 0.2] = x[0]  # one heavy bucket
     d = cupy.asarray(x)
     k = kernels.kernels(x.dtype, 0, False)
-    plan = kernels.plan_buckets(k, d, k.nv, False)
+    plan = kernels.plan_buckets(k, d, False)
     assert plan is not None
     out = cupy.empty_like(d)
     plan.scatter(k, d, out)
@@ -226,7 +226,7 @@ def test_bucket_pass_large(dtype, rng, monkeypatch):
         x = make_keys(dtype, n, pattern, rng)
         d = cupy.asarray(x)
         k = kernels.kernels(x.dtype, 0, False)
-        assert pattern != "random" or kernels.plan_buckets(k, d, k.nv, False) is not None
+        assert pattern != "random" or kernels.plan_buckets(k, d, False) is not None
         perm = np.argsort(x, kind="stable")
         assert_same(gpu.sort(d), x[perm])
         assert_same(gpu.argsort(d), perm)
