@@ -235,11 +235,9 @@ def print_breakdown(log2_n: int, repeat: int) -> None:
             return a, run
 
         a2, run2 = runs(2)  # the last two-way pass's input
-        buckets = kernels.plan_buckets(k, x, False)
         steps = {}
-        if buckets:  # the plan takes the sample's sort, the count pass and its totals to the host
-            steps["bucket plan"] = lambda: kernels.plan_buckets(k, x, False)
-            steps["scatter"] = lambda: buckets.scatter(k, x, b)
+        if kernels.bucket_pass(k, x, False, x.dtype):  # the sample's sort, the count, the tables, the scatter
+            steps["bucket pass"] = lambda: kernels.bucket_pass(k, x, False, x.dtype)
         steps["blocksort"] = lambda: kernels.blocksort(k, x, kernels.NULL, b, kernels.NULL, tiles)
         steps["2-way pass"] = lambda: kernels.merge_pass(k, a2, kernels.NULL, a2[run2:], kernels.NULL, run2, n,
                                                          n - run2, splits[:tiles.count], b, kernels.NULL, tiles)

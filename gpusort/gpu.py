@@ -340,67 +340,40 @@ def _sort_rows(rows: cupy.ndarray, descending: bool) -> cupy.ndarray:
 #: instructions a compare, so a float32 sort ran at 12.8 Gkeys/s where int32
 #: ran at 20.6 (2**28, H200).  float64 keeps the hardware compare, as fast as
 #: int64's.
-_BY_BITS = (np.dtype(np.float16), np.dtype(np.float32))
+_BY_BITS = kernels.EXACT_FLOATS
 
 
 def _sort_by_bits(keys: cupy.ndarray, descending: bool) -> cupy.ndarray:
-    """1-D float16/float32 keys sorted stably as their exact order keys (:mod:`gpusort.order`), in new memory.
+    """1-D float16/float32 keys sorted stably as their exact order keys (:func:`gpusort.kernels.exact_sort`), in new memory.
 
-    A fused pass encodes, the integer sort runs, and a fused pass decodes in
-    place: the bits come back exactly.  Exact order keys order two kinds of
-    ties that the stable float order keeps in input order, ``-0.0`` against
-    ``0.0`` and NaNs of different bits; :func:`_restore_ties` puts those back.
+    The kernels load the floats as exact keys and store the bits back, so
+    they come back exactly.  Exact keys order two kinds of ties that the
+    stable float order keeps in input order, ``-0.0`` against ``0.0`` and
+    NaNs of different bits; where the sort reports such a group, it is
+    rewritten with the input's members in input order (a stable compaction).
     """
+    out, ties = kernels.exact_sort(keys, descending=descending)
     b = order.FloatBits(keys.dtype)
-    exact, _, decode = _float_kernels()
-    out, _ = kernels.mergesort(exact(keys.view(b.uint), b.sign, b.nans, descending), overwrite_input=True)
-    _restore_ties(out, keys, descending)
-    return decode(out, b.sign, b.nans, descending, out).view(keys.dtype)
-
-
-def _restore_ties(out: cupy.ndarray, keys: cupy.ndarray, descending: bool) -> None:
-    """The zeros and the NaNs among ``out``, the sorted exact order keys of ``keys``, rewritten in input order.
-
-    Both zeros' order keys are adjacent and every NaN's lies at the top, so
-    one search finds the two groups.  A group is rewritten only where it
-    holds different bits (both zeros; NaNs of different payloads or signs),
-    by a stable compaction of the input's members: keys without such ties
-    pay one search of four needles.
-    """
-    b = order.FloatBits(keys.dtype)
-    zero = np.sort(order.encode(np.array([0.0, -0.0], keys.dtype), descending, "exact"))[0]
-    first_nan = (1 << 8 * keys.itemsize) - 2 * int(b.nans)  # the NaNs' order keys are the top ones
-    needles = cupy.asarray(np.array([zero, zero + 1, zero + 2, first_nan], b.uint))
-    lo, mid, hi, nans_at = cupy.searchsorted(out, needles).get().tolist()
-    exact, _, _ = _float_kernels()
-    bits = keys.view(b.uint)
-    if lo < mid < hi:  # both zeros
-        out[lo:hi] = exact(bits[(bits & b.magnitude) == 0], b.sign, b.nans, descending)
-    if out.size - nans_at > 1:
-        first, last = out[cupy.asarray([nans_at, out.size - 1])].get().tolist()
-        if first != last:  # NaNs of more than one bit pattern
-            out[nans_at:] = exact(bits[(bits & b.magnitude) > b.inf], b.sign, b.nans, descending)
+    bits, got = keys.view(b.uint), out.view(b.uint)
+    if ties.zeros:
+        got[ties.zeros] = bits[(bits & b.magnitude) == 0]
+    if ties.nans:
+        got[ties.nans] = bits[(bits & b.magnitude) > b.inf]
+    return out
 
 
 def _tied_keys(keys: cupy.ndarray, descending: bool) -> cupy.ndarray:
     """Order keys of scheme ``"tied"`` for float16/float32 ``keys`` (any shape), in one fused pass."""
     b = order.FloatBits(keys.dtype)
-    _, tied, _ = _float_kernels()
-    return tied(keys.view(b.uint), b.sign, b.nans, b.inf, b.canonical_nan, descending)
+    return _tied_kernel()(keys.view(b.uint), b.sign, b.nans, b.inf, b.canonical_nan, descending)
 
 
 @functools.cache
-def _float_kernels() -> tuple[cupy.ElementwiseKernel, cupy.ElementwiseKernel, cupy.ElementwiseKernel]:
-    """Fused passes from a float's bits to its exact and tied order keys, and back (:data:`gpusort.order.EXACT_PREAMBLE`)."""
-    def kernel(params, body, name):
-        return cupy.ElementwiseKernel(params, "U out", f"out = {body};", name, preamble=order.EXACT_PREAMBLE)
-
-    return (kernel("U x, U sign, U nans, bool descending", "gpusort_exact_key(x, sign, nans, descending)",
-                   "gpusort_exact_key"),
-            kernel("U x, U sign, U nans, U inf, U nan, bool descending",
-                   "gpusort_tied_key(x, sign, nans, inf, nan, descending)", "gpusort_tied_key"),
-            kernel("U o, U sign, U nans, bool descending", "gpusort_exact_bits(o, sign, nans, descending)",
-                   "gpusort_exact_bits"))
+def _tied_kernel() -> cupy.ElementwiseKernel:
+    """The fused pass from a float's bits to its tied order key (:data:`gpusort.order.EXACT_PREAMBLE`)."""
+    return cupy.ElementwiseKernel("U x, U sign, U nans, U inf, U nan, bool descending", "U out",
+                                  "out = gpusort_tied_key(x, sign, nans, inf, nan, descending);",
+                                  "gpusort_tied_key", preamble=order.EXACT_PREAMBLE)
 
 
 def _argsort_rows(keys: list[cupy.ndarray], descending: bool) -> cupy.ndarray:

@@ -11,7 +11,7 @@ Three layers, as in Modern GPU and CUB:
 * the host dispatchers :func:`mergesort`, :func:`packed_argsort` and
   :func:`merge`, which size the buffers, run the passes and keep the
   ping-pong parity.  Large keys-only sorts begin with a bucket pass
-  (:func:`plan_buckets`): the keys split into :data:`BUCKETS` buckets by
+  (:func:`bucket_pass`): the keys split into :data:`BUCKETS` buckets by
   sampled splitters, and the blocksort and merge passes sort every bucket
   on its own (:class:`Tiles`).  ``mergesort``'s
   ``segment=`` sorts many equal segments at once (the rows of an N-D sort,
@@ -31,7 +31,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -118,11 +118,11 @@ BUCKETS = 256
 BUCKET_VT = {1: 24, 2: 24, 4: 24, 8: 12}
 #: Keys per thread of its count pass, any key size.
 BUCKET_COUNT_VT = 12
-#: Keys-only sorts of at least this many keys count their buckets.  At 2**25
-#: the pass gained 7% (int32) and 13% (int64); at 2**24 it broke even in
-#: one run and lost in benchmark runs, where its host steps (a sync, the
-#: tables) weigh most (NOTES, version 11) ...
-BUCKET_MIN_KEYS = 2**25
+#: Keys-only sorts that move at least this many bytes of keys (or words)
+#: take a bucket pass.  Since the host stopped waiting on the pass (version
+#: 12), it gained 11% for int32 at 2**24 keys and 18% for int64 at 2**23, 3%
+#: for int32 at 2**23 and 2% for int64 at 2**22 (NOTES, version 12) ...
+BUCKET_MIN_BYTES = 2**26
 #: ... and scatter them when that takes at least this many merge levels off
 #: the sort: at 2**28 the scatter took 1.48 ms (int32) and 2.47 ms (int64),
 #: the time of 2.3 and 3 merge levels (NOTES, version 11).
@@ -203,12 +203,53 @@ def packing_expressions(nt: int, vt: int, key: np.dtype, descending: bool) -> di
             **bucket_expressions(key, WORD, descending, load=pack)}
 
 
-def bucket_expressions(key: np.dtype, out: np.dtype, descending: bool, load: str = "gpusort::as_is") -> dict:
-    """The ``name_expressions`` of a bucket pass over ``key`` (in its order) writing ``out`` keys through ``load``."""
+#: Floats sorted as their exact order keys, unsigned integers of their width
+#: (kernels/exact_keys.cuh): one-instruction compares instead of several.
+EXACT_FLOATS = (np.dtype(np.float16), np.dtype(np.float32))
+
+
+def exact_word(key: np.dtype) -> np.dtype:
+    """The unsigned integer an :data:`EXACT_FLOATS` key is sorted as.
+
+    Examples
+    --------
+    >>> exact_word(np.float32), exact_word(np.float16)
+    (dtype('uint32'), dtype('uint16'))
+    """
+    return np.dtype(f"u{np.dtype(key).itemsize}")
+
+
+def encoding_expressions(nt: int, vt: int, key: np.dtype, descending: bool) -> dict:
+    """The ``name_expressions`` of a float sort's own kernels for an :data:`EXACT_FLOATS` ``key``.
+
+    Its first kernels load floats as exact keys, its last ones store them
+    back as floats, the kernels in between are the word's own
+    (:func:`exact_sort`).
+    """
+    key = np.dtype(key)
+    w, none, up = KEY_TYPES[exact_word(key)], VALUE_TYPES[0], ORDERS[False]
+    exact = f"gpusort::exact_keys<{KEY_TYPES[key]}, {str(bool(descending)).lower()}>"
+    return {"blocksort": f"gpusort::kernel_blocksort<{nt}, {vt}, {w}, {none}, {up}, {exact}>",
+            "blocksort_bits": f"gpusort::kernel_blocksort<{nt}, {vt}, {w}, {none}, {up}, {exact}, {exact}>",
+            "words_blocksort_bits": f"gpusort::kernel_blocksort<{nt}, {vt}, {w}, {none}, {up}, gpusort::as_is, {exact}>",
+            "merge_bits": f"gpusort::kernel_merge<{nt}, {vt}, {w}, {none}, {up}, {exact}>",
+            "tie_bounds": f"gpusort::kernel_tie_bounds<{KEY_TYPES[key]}, {ORDERS[descending]}>",
+            **bucket_expressions(key, exact_word(key), descending, load=exact, words=True)}
+
+
+def bucket_expressions(key: np.dtype, out: np.dtype, descending: bool, load: str = "gpusort::as_is",
+                       words: bool = False) -> dict:
+    """The ``name_expressions`` of a bucket pass over ``key`` writing ``out`` keys through ``load``.
+
+    Its count compares the keys in their own order, or with ``words`` the
+    ``out`` words ``load`` makes of them, ascending (a float sort's exact keys).
+    """
     k, w, o = KEY_TYPES[np.dtype(key)], KEY_TYPES[np.dtype(out)], ORDERS[descending]
     count_vt, scatter_vt = BUCKET_COUNT_VT, BUCKET_VT[np.dtype(out).itemsize]
-    return {"bucket_count": f"gpusort::kernel_bucket_count<{BUCKETS}, {count_vt}, {k}, {o}>",
+    compared = f"{w}, {ORDERS[False]}, {load}" if words else f"{k}, {o}"
+    return {"bucket_count": f"gpusort::kernel_bucket_count<{BUCKETS}, {count_vt}, {compared}>",
             "bucket_bases": f"gpusort::kernel_bucket_bases<{BUCKETS}>",
+            "bucket_tables": f"gpusort::kernel_bucket_tables<{BUCKETS}>",
             "tile_buckets": f"gpusort::kernel_tile_buckets<{PARTITION_NT}>",
             "bucket_scatter": f"gpusort::kernel_bucket_scatter<{BUCKETS}, {scatter_vt}, {w}, {load}>"}
 
@@ -237,6 +278,10 @@ def instantiations(arch: int) -> list[str]:
     for key in filter(packs, KEY_TYPES):
         for descending in ORDERS:
             names.update(dict.fromkeys(packing_expressions(nt, vt, key, descending).values()))
+    for key in EXACT_FLOATS:
+        nt, vt = launch_box(arch, key.itemsize)
+        for descending in ORDERS:
+            names.update(dict.fromkeys(encoding_expressions(nt, vt, key, descending).values()))
     return list(names)
 
 
@@ -309,6 +354,7 @@ class Kernels(_Launch):
     bucket_count: Any = None  # keys-only modules: the bucket pass
     bucket_bases: Any = None
     bucket_scatter: Any = None
+    bucket_tables: Any = None
     tile_buckets: Any = None
     blocksort_positions: Any = None  # the WORD module: last passes of a packed argsort
     merge_positions: Any = None
@@ -324,6 +370,23 @@ class Packing(_Launch):
     bucket_count: Any
     bucket_bases: Any
     bucket_scatter: Any
+    bucket_tables: Any
+    tile_buckets: Any
+
+
+@dataclass(frozen=True)
+class Encoding(_Launch):
+    """A float sort's first and last kernels for one (device, :data:`EXACT_FLOATS` key, order): floats in, floats out."""
+
+    blocksort: Any
+    blocksort_bits: Any
+    words_blocksort_bits: Any
+    merge_bits: Any
+    tie_bounds: Any
+    bucket_count: Any
+    bucket_bases: Any
+    bucket_scatter: Any
+    bucket_tables: Any
     tile_buckets: Any
 
 
@@ -359,6 +422,12 @@ def _load_packing(device: int, key: np.dtype, descending: bool) -> Packing:
     return Packing(nt, vt, **_compile(device, packing_expressions(nt, vt, key, descending)))
 
 
+@functools.cache
+def _load_encoding(device: int, key: np.dtype, descending: bool) -> Encoding:
+    nt, vt = launch_box(_arch(device), key.itemsize)
+    return Encoding(nt, vt, **_compile(device, encoding_expressions(nt, vt, key, descending)))
+
+
 def kernels(key: np.dtype, value_size: int, descending: bool) -> Kernels:
     """The kernels for the current device, compiled on first use."""
     import cupy
@@ -371,6 +440,13 @@ def packing(key: np.dtype, descending: bool) -> Packing:
     import cupy
 
     return _load_packing(cupy.cuda.Device().id, np.dtype(key), bool(descending))
+
+
+def encoding(key: np.dtype, descending: bool) -> Encoding:
+    """A float sort's first and last kernels for ``key`` on the current device, compiled on first use."""
+    import cupy
+
+    return _load_encoding(cupy.cuda.Device().id, np.dtype(key), bool(descending))
 
 
 def segment_length(length: int, nv: int) -> int:
@@ -433,8 +509,8 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
     instead of at ``ceil(log2(n / nv))``.  Positions (``positions=True``)
     still count from the start of ``keys``.
 
-    A keys-only sort of :data:`BUCKET_MIN_KEYS` or more keys without
-    ``segment`` may begin with a bucket pass (:func:`plan_buckets`).
+    A keys-only sort of :data:`BUCKET_MIN_BYTES` or more without
+    ``segment`` may begin with a bucket pass (:func:`bucket_pass`).
     """
     import cupy
 
@@ -453,7 +529,7 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
                              f"{n} keys: pad the segments to segment_length(length, {k.nv})")
     buckets = None
     if values_dtype is None and segment is None:
-        buckets = plan_buckets(k, keys, descending)
+        buckets = bucket_pass(k, keys, descending, keys.dtype)
     tiles = buckets.tiles if buckets else Tiles.whole(n, k.nv, segment)
     plan = pass_plan(tiles.levels, four_way=k.merge_four is not None and n >= FOUR_WAY_MIN_KEYS)
     # Ping-pong parity: every merge pass reads one buffer and writes the other,
@@ -462,15 +538,17 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
     passes = len(plan)
     src = passes % 2
 
-    def buffers(given, dtype):
-        reuse = overwrite_input and passes and given is not None
-        # Reusing, the input is the buffer the blocksort does not write.
-        return [given if reuse and i == 1 - src else cupy.empty(n, dtype) for i in range(2 if passes else 1)]
+    def buffers(given, dtype, first=None):
+        """The ping-pong buffers; ``first``, where given, is the one the blocksort writes."""
+        bufs = [None] * (2 if passes else 1)
+        bufs[src] = first if first is not None else cupy.empty(n, dtype)
+        if passes:  # reusing, the input is the buffer the blocksort does not write
+            bufs[1 - src] = given if overwrite_input and given is not None else cupy.empty(n, dtype)
+        return bufs
 
-    key_bufs = buffers(keys, keys.dtype)
+    key_bufs = buffers(keys, keys.dtype, buckets.keys if buckets else None)
     value_bufs = buffers(values, values_dtype) if values_dtype else [NULL, NULL]
     if buckets:
-        buckets.scatter(k, keys, key_bufs[src])
         blocksort(k, key_bufs[src], NULL, key_bufs[src], NULL, tiles)  # in place, bucket by bucket
     elif n:
         blocksort(k, keys, NULL if values is None else values, key_bufs[src], value_bufs[src], tiles)
@@ -484,37 +562,104 @@ def packed_argsort(keys, *, descending: bool = False):
     ``keys``: a contiguous CuPy array of a :func:`packs` dtype, fewer than
     2**32 of them.  Each key's radix word and its position are packed into
     one :data:`WORD` as the first kernel loads the keys (the blocksort, or
-    the scatter of a bucket pass), and the last pass stores the positions
+    the scatter of a bucket pass), and the last kernel stores the positions
     (kernels/packed_positions.cuh): no pass of its own packs or unpacks.
     Holds two arrays of ``keys.size`` words; the positions are returned in
     the memory of one of them.
     """
-    import cupy
-
     n = keys.size
     if n >= 2**32:
         raise ValueError(f"packed_argsort packs positions into 32 bits: {n} keys are too many; "
                          "sort them with mergesort(keys, positions=True)")
     k, pack = kernels(WORD, 0, False), packing(keys.dtype, descending)
-    positions = cupy.empty(n, np.int64)
+    last = _Last(pack.blocksort_positions, k.blocksort_positions, k.merge_positions, k.merge_four_positions)
+    return _sort_words(keys, descending, k, pack, WORD, last).view(np.int64)
+
+
+class Ties(NamedTuple):
+    """Where an :func:`exact_sort` left ties of different bits out of input order: slices of its result, or ``None``."""
+
+    zeros: slice | None  # -0.0 and 0.0, both present
+    nans: slice | None  # NaNs of more than one bit pattern
+
+
+def exact_sort(keys, *, descending: bool = False):
+    """1-D :data:`EXACT_FLOATS` ``keys`` sorted (NaN last), as their exact order keys; returns ``(sorted, ties)``.
+
+    A keys-only sort of unsigned integers (kernels/exact_keys.cuh): the
+    first kernel (the blocksort, or a bucket pass's scatter) loads each
+    float as its exact key, the last stores it back as the float's bits, so
+    no pass of its own encodes or decodes.  Exact keys order what the
+    float order ties: -0.0 before 0.0 (after it, descending) and NaNs by
+    their bits.  :class:`Ties` says where those groups hold more than one
+    bit pattern; the caller rewrites them with the input's members in
+    input order (``gpusort.gpu``), which makes the sort stable.  One small
+    read back to the host.
+    """
+    import cupy
+
+    word = exact_word(keys.dtype)
+    k, enc = kernels(word, 0, False), encoding(keys.dtype, descending)
+    last = _Last(enc.blocksort_bits, enc.words_blocksort_bits, enc.merge_bits, None)
+    out = _sort_words(keys, descending, k, enc, word, last).view(keys.dtype)
+    if not out.size:
+        return out, Ties(None, None)
+    bounds = cupy.empty(5, np.int64)
+    enc.tie_bounds((1,), (96,), (out, np.int64(out.size), bounds))
+    lo, hi, nans_at, zeros_mixed, nans_mixed = bounds.get().tolist()
+    return out, Ties(slice(lo, hi) if zeros_mixed else None, slice(nans_at, out.size) if nans_mixed else None)
+
+
+class _Last(NamedTuple):
+    """The kernels that may end a sort of words and store its result instead of words (:func:`_sort_words`)."""
+
+    blocksort: Any  # of keys, when one tile is the whole sort
+    words_blocksort: Any  # in place, of scattered words, when every bucket is one tile
+    merge: Any
+    merge_four: Any  # None: the sort merges two ways only
+
+
+def _sorted_sample(k: Kernels | Packing | Encoding, sample, descending: bool):
+    """A bucket pass's sample (too few keys for buckets of its own) sorted into what its count compares.
+
+    The keys in their own order; an :class:`Encoding`'s count compares exact
+    keys, so its splitters are exact keys too.
+    """
+    if not isinstance(k, Encoding):
+        return mergesort(sample, descending=descending)[0]
+    word = exact_word(sample.dtype)
+    words = kernels(word, 0, False)
+    return _sort_words(sample, descending, words, k, word, _Last(k.blocksort, words.blocksort, words.merge, None))
+
+
+def _sort_words(keys, descending: bool, k: Kernels, first: Packing | Encoding, word: np.dtype, last: _Last):
+    """A keys-only sort of ``keys`` as words of ``word``, into the memory it returns (words: the caller views it).
+
+    ``first``'s kernels load keys as words (its bucket pass's scatter, or its
+    blocksort), ``k`` sorts the words, and whichever of ``last`` runs last
+    stores the result instead of words.  Holds two arrays of ``keys.size``
+    words.
+    """
+    import cupy
+
+    n = keys.size
     # Splitters compare the keys themselves, in their own order; a bucket of
     # keys is the same bucket of their words.
-    buckets = plan_buckets(pack, keys, descending)  # pack.nv is the word module's
+    buckets = bucket_pass(first, keys, descending, word)  # first.nv is the word module's
     tiles = buckets.tiles if buckets else Tiles.whole(n, k.nv)
-    plan = pass_plan(tiles.levels, four_way=k.merge_four is not None and n >= FOUR_WAY_MIN_KEYS)
-    # Ping-pong parity as in mergesort: the last pass lands in buffer 0, the
-    # positions' memory, and stores positions there instead of words.
-    bufs = [positions.view(WORD)] + ([cupy.empty(n, WORD)] if plan else [])
-    words = bufs[len(plan) % 2]
-    first = k if buckets else pack  # the blocksort reads scattered words, or packs the keys itself
-    out, kernel = (words, first.blocksort) if plan else (positions, first.blocksort_positions)
-    if buckets:
-        buckets.scatter(pack, keys, words)
-        blocksort(k, words, NULL, out, NULL, tiles, kernel=kernel)  # in place
+    plan = pass_plan(tiles.levels, four_way=last.merge_four is not None and n >= FOUR_WAY_MIN_KEYS)
+    # Ping-pong parity as in mergesort: the last pass lands in buffer 0, returned.
+    src = len(plan) % 2
+    bufs = [None] * (2 if plan else 1)
+    bufs[src] = buckets.keys if buckets else cupy.empty(n, word)
+    if plan:
+        bufs[1 - src] = cupy.empty(n, word)
+    if buckets:  # in place, bucket by bucket
+        blocksort(k, bufs[src], NULL, bufs[src], NULL, tiles, kernel=None if plan else last.words_blocksort)
     elif n:
-        blocksort(pack, keys, NULL, out, NULL, tiles, kernel=kernel)
-    _merge_levels(k, plan, bufs, [NULL, NULL], tiles, positions=True)
-    return positions
+        blocksort(first, keys, NULL, bufs[src], NULL, tiles, kernel=None if plan else last.blocksort)
+    _merge_levels(k, plan, bufs, [NULL, NULL], tiles, last=(last.merge, last.merge_four))
+    return bufs[0]
 
 
 @dataclass(frozen=True)
@@ -546,23 +691,20 @@ class Tiles:
 
 @dataclass(frozen=True)
 class Buckets:
-    """A bucket pass planned by :func:`plan_buckets`: keys counted, the scatter still to run."""
+    """A bucket pass done by :func:`bucket_pass`: the keys grouped by bucket, and where the buckets lie."""
 
     tiles: Tiles
+    keys: Any  # the keys (or packed words) scattered bucket by bucket, each bucket in input order
     splitters: Any  # BUCKETS - 1 sampled keys, in order (a strided view of the sorted sample)
-    buckets: Any  # uint8: each key's bucket
-    span: int  # keys each CTA counts and scatters
-    bases: Any  # int64 [BUCKETS, CTAs]: each CTA's first key of each bucket, from the bucket's start
-
-    def scatter(self, k: Kernels | Packing, keys, out) -> None:
-        """``out`` <- ``keys`` grouped by bucket, stably (kernels/kernel_buckets.cuh)."""
-        ctas = self.bases.shape[1]
-        k.bucket_scatter((ctas,), (BUCKETS,), (keys, self.buckets, np.int64(keys.size), np.int64(self.span),
-                                               self.bases, self.tiles.offsets, out))
 
 
-def plan_buckets(k: Kernels | Packing, keys, descending: bool) -> Buckets | None:
-    """A bucket pass for a keys-only sort of ``keys`` into tiles of ``k.nv``, or ``None`` where it does not pay.
+#: int32 fields of the summary a bucket pass reads back (kernels/kernel_buckets.cuh,
+#: bucket_summary): tiles, merge levels, whether the scatter ran.
+_SUMMARY_FIELDS = 3
+
+
+def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dtype: np.dtype) -> Buckets | None:
+    """``keys`` scattered into buckets for a keys-only sort into tiles of ``k.nv``, or ``None`` where that does not pay.
 
     Sample sort's partition.  Every ``n / (BUCKETS * BUCKET_SAMPLE)``-th
     key is sampled and the sample sorted; every :data:`BUCKET_SAMPLE`-th key
@@ -570,23 +712,28 @@ def plan_buckets(k: Kernels | Packing, keys, descending: bool) -> Buckets | None
     not precede (kernels/bucket_search.cuh).  Buckets are ranges of the
     order, so sorting each on its own sorts the whole, in ``log2`` of the
     largest bucket's tiles merge levels instead of the whole sort's: eight
-    fewer for evenly spread keys.  The count pass runs here and the
-    buckets' totals come to the host (the levels and the tiles of each
-    bucket need them); the scatter runs only where it saves
-    :data:`BUCKET_LEVELS_SAVED` levels (keys of a few values, or all equal,
-    fill one bucket and save none).  ``None`` also below
-    :data:`BUCKET_MIN_KEYS` keys (or four samples).  Holds a byte per key
-    until the scatter.
+    fewer for evenly spread keys.  The count compares what ``k`` loads
+    (:func:`_sorted_sample`).  The scatter writes ``out_dtype`` keys
+    (``k``'s load policy: a packed argsort's words) into new memory, and
+    runs only where it saves :data:`BUCKET_LEVELS_SAVED` levels (keys of a
+    few values, or all equal, fill one bucket and save none).
+
+    The kernels decide that themselves (kernels/kernel_buckets.cuh): the
+    host launches every step, the scatter included, and reads back three
+    numbers only after the GPU has them, while the scatter runs; it never
+    leaves the GPU idle.  ``None`` also below :data:`BUCKET_MIN_BYTES` of
+    ``out_dtype`` (or four samples).
     """
     import cupy
+    import cupyx
 
     n = keys.size
     sample_size = BUCKETS * BUCKET_SAMPLE
-    if n < max(BUCKET_MIN_KEYS, 4 * sample_size) or k.bucket_count is None:
+    if n * np.dtype(out_dtype).itemsize < BUCKET_MIN_BYTES or n < 4 * sample_size or k.bucket_count is None:
         return None
     stride = n // sample_size
     sample = cupy.ascontiguousarray(keys[stride // 2::stride][:sample_size])
-    ordered, _ = mergesort(sample, descending=descending)  # too few keys for buckets of its own
+    ordered = _sorted_sample(k, sample, descending)
 
     tile = BUCKETS * math.lcm(BUCKET_COUNT_VT, *BUCKET_VT.values())  # the scatter's and the count's tiles divide it
     span = tile * -(-n // (tile * BUCKET_CTAS))
@@ -597,28 +744,30 @@ def plan_buckets(k: Kernels | Packing, keys, descending: bool) -> Buckets | None
                                          counts, buckets))
     bases, totals = cupy.empty((BUCKETS, ctas), np.int64), cupy.empty(BUCKETS, np.int64)
     k.bucket_bases((BUCKETS,), (BUCKETS,), (counts, np.int64(ctas), bases, totals))
-    totals = totals.get()  # the host waits here, once
-    levels = merge_passes(int(totals.max()), k.nv)
-    if merge_passes(n, k.nv) - levels < BUCKET_LEVELS_SAVED:
+    offsets, first_tile = cupy.empty(BUCKETS + 1, np.int64), cupy.empty(BUCKETS + 1, np.int32)
+    summary = cupy.empty(_SUMMARY_FIELDS, np.int32)
+    k.bucket_tables((1,), (BUCKETS,), (totals, np.int64(k.nv), np.int32(merge_passes(n, k.nv) - BUCKET_LEVELS_SAVED),
+                                       offsets, first_tile, summary))
+    told = summary.get(out=cupyx.empty_pinned(_SUMMARY_FIELDS, np.int32), blocking=False)
+    known = cupy.cuda.Event(disable_timing=True)
+    known.record()
+    most = -(-n // k.nv) + BUCKETS  # tiles: at most one partial tile a bucket
+    tile_bucket = cupy.empty(most, np.int32)
+    k.tile_buckets((-(-most // PARTITION_NT),), (PARTITION_NT,), (first_tile, tile_bucket))
+    out = cupy.empty(n, out_dtype)
+    k.bucket_scatter((ctas,), (BUCKETS,), (keys, buckets, np.int64(n), np.int64(span), bases, offsets, summary, out))
+    known.synchronize()  # the scatter is queued behind: the GPU keeps working while the host reads
+    count, levels, scatter = told.tolist()
+    if not scatter:
         return None
-    tiles_of = -(-totals // k.nv)
-    first_tile = np.concatenate([[0], np.cumsum(tiles_of)])
-    # One small copy to the device: the offsets, then each bucket's first tile.
-    tables = cupy.asarray(np.concatenate([np.concatenate([[0], np.cumsum(totals)]).view(np.int32),
-                                          first_tile.astype(np.int32)]))
-    tiles = Tiles(int(first_tile[-1]), levels, offsets=tables[:2 * BUCKETS + 2].view(np.int64),
-                  first_tile=tables[2 * BUCKETS + 2:], tile_bucket=cupy.empty(int(first_tile[-1]), np.int32))
-    k.tile_buckets((-(-tiles.count // PARTITION_NT),), (PARTITION_NT,),
-                   (tiles.first_tile, np.int32(tiles.count), tiles.tile_bucket))
-    splitters = ordered[BUCKET_SAMPLE::BUCKET_SAMPLE]
-    return Buckets(tiles, splitters, buckets, span, bases)
+    return Buckets(Tiles(count, levels, offsets, tile_bucket, first_tile), out, ordered[BUCKET_SAMPLE::BUCKET_SAMPLE])
 
 
-def _merge_levels(k: Kernels, plan: list[int], key_bufs, value_bufs, tiles: Tiles, positions: bool = False) -> None:
+def _merge_levels(k: Kernels, plan: list[int], key_bufs, value_bufs, tiles: Tiles, last: tuple = (None, None)) -> None:
     """The merge passes of ``plan`` over sorted ``tiles`` in buffer ``len(plan) % 2``, ping-ponging to buffer 0.
 
-    ``positions``: the last pass stores the packed words' positions
-    (kernels/packed_positions.cuh).
+    ``last``: the two-way and four-way merges for the last pass, where it
+    stores something other than keys (:func:`_sort_words`); ``None``: ``k``'s.
     """
     import cupy
 
@@ -630,14 +779,12 @@ def _merge_levels(k: Kernels, plan: list[int], key_bufs, value_bufs, tiles: Tile
     src, run = len(plan) % 2, k.nv
     for index, ways in enumerate(plan):
         dst = 1 - src
-        last = positions and index == len(plan) - 1
+        two, four = last if index == len(plan) - 1 else (None, None)
         if ways == 4:
-            merge_pass_four(k, key_bufs[src], run, n, splits, key_bufs[dst], tiles,
-                            kernel=k.merge_four_positions if last else k.merge_four)
+            merge_pass_four(k, key_bufs[src], run, n, splits, key_bufs[dst], tiles, kernel=four)
         else:
-            merge_pass(k, key_bufs[src], value_bufs[src], key_bufs[src][run:], _tail(value_bufs[src], run),
-                       run, n, n - run, splits[:tiles.count], key_bufs[dst], value_bufs[dst], tiles,
-                       kernel=k.merge_positions if last else k.merge)
+            merge_pass(k, key_bufs[src], value_bufs[src], _at(key_bufs[src], run), _at(value_bufs[src], run),
+                       run, n, n - run, splits, key_bufs[dst], value_bufs[dst], tiles, kernel=two)
         src, run = dst, ways * run
 
 
@@ -756,7 +903,7 @@ def merge_pass(k: Kernels, a_keys, a_values, b_keys, b_values, run: int, a_count
                b_count: int, a_starts, out_keys, out_values, tiles: Tiles, kernel=None) -> None:
     """One merge pass (kernels/merge_pass.cuh): partition, then merge tile by tile.
 
-    ``a_starts`` (int64, one per output tile) receives the partition;
+    ``a_starts`` (int64, at least one per output tile) receives the partition;
     ``kernel`` is ``k.merge`` (the default) or ``k.merge_positions``.
     """
     runs = (np.int64(run), np.int64(a_count), np.int64(b_count))
@@ -773,7 +920,7 @@ def merge_pass_four(k: Kernels, keys, run: int, count: int, splits, out_keys, ti
     """One four-way merge pass over runs of ``run`` keys (kernels/merge_pass.cuh), keys only.
 
     ``splits`` (int64, four per output tile) receives the partition;
-    ``kernel`` is ``k.merge_four`` (the default) or ``k.merge_four_positions``.
+    ``kernel``: ``k.merge_four`` (the default), or a last pass's that stores something else (:class:`_Last`).
     """
     k.partition_four(
         (-(-tiles.count // PARTITION_NT),),
@@ -784,6 +931,10 @@ def merge_pass_four(k: Kernels, keys, run: int, count: int, splits, out_keys, ti
                                                       *tiles.args))
 
 
-def _tail(values, start: int):
-    """``values[start:]``, or the null pointer of a keys-only sort."""
-    return values if values is NULL else values[start:]
+def _at(array, start: int):
+    """A pointer to ``array[start]`` (the null pointer of a keys-only sort stays null).
+
+    Not a view: making one costs microseconds of host time a merge pass,
+    which small sorts, bound by launching, feel (NOTES, version 12).
+    """
+    return array if array is NULL else np.uint64(array.data.ptr + start * array.itemsize)

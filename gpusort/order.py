@@ -163,10 +163,11 @@ def _check_scheme(scheme: str) -> None:
 
 
 #: CUDA device functions for schemes ``"exact"`` and ``"tied"`` on a float's
-#: bits ``U`` (unsigned, the float's width): :func:`encode` and :func:`decode`
-#: in registers, with a :class:`FloatBits`' constants as arguments.  The
-#: preamble of fused CuPy kernels, which compute exactly what the array code
-#: here computes in several passes.
+#: bits ``U`` (unsigned, the float's width): :func:`encode` in registers,
+#: with a :class:`FloatBits`' constants as arguments.  The preamble of fused
+#: CuPy kernels, which compute exactly what the array code here computes in
+#: several passes.  The sort kernels' own form of "exact", both ways, is
+#: kernels/exact_keys.cuh.
 EXACT_PREAMBLE = r"""
 template <class U> __device__ __forceinline__ U gpusort_all_if_top(U x) {
   return ((x >> (8 * sizeof(U) - 1)) & 1) ? (U)~(U)0 : (U)0;
@@ -180,11 +181,6 @@ template <class U> __device__ __forceinline__ U gpusort_tied_key(U x, U sign, U 
   const U magnitude = (U)(x & (U)~sign);
   x = magnitude == 0 ? (U)0 : magnitude > inf ? nan : x;  // one zero, one NaN
   return gpusort_exact_key(x, sign, nans, descending);
-}
-template <class U> __device__ __forceinline__ U gpusort_exact_bits(U o, U sign, U nans, bool descending) {
-  U t = (U)(o + nans);
-  if (descending) t = (U)~t;
-  return (U)(t ^ ((U)~gpusort_all_if_top(t) | sign));  // a set top bit marks a non-negative key
 }
 """
 

@@ -19,17 +19,17 @@ __device__ __forceinline__ int stage_position(int warp, int r, int lane) {
 }
 
 // bucket[r] <- the bucket of tile position stage_position(warp, r, lane) of
-// keys[begin, begin + count), by splitters (bucket_search.cuh); BUCKETS
-// past `count`.
-template <int VT, class Key, class Order>
-__device__ __forceinline__ void search_tile(const Key* keys, i64 begin, int count,
+// keys[begin, begin + count), read through the Load policy, by splitters
+// (bucket_search.cuh); BUCKETS past `count`.
+template <int VT, class Load, class In, class Key, class Order>
+__device__ __forceinline__ void search_tile(const In* keys, i64 begin, int count,
                                             const Key* tree, int (&bucket)[VT], int warp, int lane,
                                             Order precedes) {
   Key x[VT];  // every load is issued before the first search waits on one
 #pragma unroll
   for (int r = 0; r < VT; ++r) {
     const int j = stage_position<VT>(warp, r, lane);
-    if (j < count) x[r] = keys[begin + j];
+    if (j < count) x[r] = Load::template load<Key>(keys, begin + j);
   }
 #pragma unroll
   for (int r = 0; r < VT; ++r) {

@@ -10,12 +10,15 @@
 // Large keys-only sorts start with a bucket pass (a sample sort's
 // partition): keys split into 256 buckets by sampled splitters, each bucket
 // then sorted on its own by the same blocksort and merge passes, which
-// place their tiles by bucket (segments.cuh).
+// place their tiles by bucket (segments.cuh).  float16 and float32 keys are
+// sorted as unsigned integers, their exact order keys (exact_keys.cuh).
 //
 // Files, by the layer their name gives:
 //   types.cuh, order.cuh       key and value types; the order (NaN last)
 //   packed_positions.cuh       keys in and out as they are, or packed with
 //                              their positions (an argsort)
+//   exact_keys.cuh             float16/float32 keys in and out as their exact
+//                              order keys (unsigned integers)
 //   segments.cuh               where each tile lies: from 0, or in a bucket
 //   bucket_search.cuh          the bucket of a key (splitters)
 //   merge_path.cuh             merge path search (any memory)
@@ -36,3 +39,4 @@
 #include "kernel_merge_four.cuh"
 #include "kernel_partition_four.cuh"
 #include "kernel_buckets.cuh"
+#include "kernel_ties.cuh"

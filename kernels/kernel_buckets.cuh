@@ -12,6 +12,10 @@
 // Spans go in order and each tile is staged stably, so every bucket keeps
 // its keys in input order: the sort stays stable.  The bytes save the
 // scatter a second search (NOTES, version 11).
+//
+// The host learns only kernel_bucket_tables' summary, and learns it while
+// the GPU scatters: every table a later kernel needs is made here, and the
+// scatter reads the decision to scatter itself (NOTES, version 12).
 #pragma once
 
 #include "block_buckets.cuh"
@@ -22,10 +26,14 @@ namespace gpusort {
 // counts[b * gridDim.x + c] <- how many keys of span c, keys[c * span,
 // (c + 1) * span), fall in bucket b; buckets[i] <- the bucket of keys[i].
 // The splitters are every step-th key of a sorted sample (bucket_search.cuh).
-template <int NT, int VT, class Key, class Order>
+// Keys are compared as the Load policy reads them: a float sort compares its
+// exact keys, one instruction where a float compare takes several (NOTES,
+// version 12).
+template <int NT, int VT, class Key, class Order, class Load = as_is>
 __global__ void __launch_bounds__(NT)
-    kernel_bucket_count(const Key* keys, i64 count, const Key* sample, i64 step, i64 span,
-                        int* counts, unsigned char* buckets) {
+    kernel_bucket_count(const typename Load::template input<Key>* keys, i64 count,
+                        const Key* sample, i64 step, i64 span, int* counts,
+                        unsigned char* buckets) {
   static_assert(NT == BUCKETS, "one thread a bucket");
   constexpr int WARPS = NT / 32;
   __shared__ Key tree[BUCKETS];
@@ -41,7 +49,7 @@ __global__ void __launch_bounds__(NT)
   for (i64 tile = begin; tile < end; tile += NT * VT) {
     const int tile_count = int(end - tile < NT * VT ? end - tile : NT * VT);
     int bucket[VT];
-    search_tile<VT>(keys, tile, tile_count, tree, bucket, warp, lane, Order());
+    search_tile<VT, Load>(keys, tile, tile_count, tree, bucket, warp, lane, Order());
 #pragma unroll
     for (int r = 0; r < VT; ++r) {
       if (bucket[r] < BUCKETS) {
@@ -87,12 +95,61 @@ __global__ void __launch_bounds__(NT)
   if (tid == 0) totals[blockIdx.x] = carry;
 }
 
-// tile_bucket[t] <- the bucket whose tiles first_tile[b] .. first_tile[b + 1] - 1
-// hold tile t (segments.cuh), for every tile t < tiles; NT threads a CTA.
+// What the host reads back of a bucket pass (gpusort/kernels.py, bucket_pass).
+struct bucket_summary {
+  int tiles;    // tiles of NV keys in all buckets
+  int levels;   // merge levels of the largest bucket
+  int scatter;  // whether the scatter runs: it takes enough levels off the sort
+};
+
+// One CTA of BUCKETS threads, from kernel_bucket_bases' totals:
+// offsets[b] <- the keys before bucket b, first_tile[b] <- the tiles of nv
+// keys before it (both BUCKETS + 1 long: the last entry is the whole), and
+// the summary, whose `scatter` says whether the largest bucket takes at
+// most max_levels merge levels.
 template <int NT>
-__global__ void __launch_bounds__(NT) kernel_tile_buckets(const int* first_tile, int tiles, int* tile_bucket) {
+__global__ void __launch_bounds__(NT)
+    kernel_bucket_tables(const i64* totals, i64 nv, int max_levels, i64* offsets,
+                         int* first_tile, bucket_summary* summary) {
+  static_assert(NT == BUCKETS, "one thread a bucket");
+  __shared__ i64 keys_before[NT];
+  __shared__ int tiles_before[NT];
+  __shared__ int widest;
+  const int tid = threadIdx.x;
+  const i64 total = totals[tid];
+  const int tiles = int((total + nv - 1) / nv);
+  keys_before[tid] = total;
+  tiles_before[tid] = tiles;
+  if (tid == 0) widest = 0;
+  __syncthreads();
+  atomicMax(&widest, tiles);
+  for (int d = 1; d < NT; d *= 2) {  // inclusive scans, 256 entries: no need for more
+    const i64 keys = tid >= d ? keys_before[tid - d] : 0;
+    const int before = tid >= d ? tiles_before[tid - d] : 0;
+    __syncthreads();
+    keys_before[tid] += keys;
+    tiles_before[tid] += before;
+    __syncthreads();
+  }
+  offsets[tid + 1] = keys_before[tid];
+  first_tile[tid + 1] = tiles_before[tid];
+  if (tid == 0) {
+    offsets[0] = 0;
+    first_tile[0] = 0;
+    const int runs = widest > 1 ? widest : 1;
+    const int levels = 32 - __clz(runs - 1);  // ceil(log2(runs)): gpusort.kernels.merge_passes
+    *summary = {tiles_before[NT - 1], levels, levels <= max_levels};
+  }
+}
+
+// tile_bucket[t] <- the bucket whose tiles first_tile[b] .. first_tile[b + 1] - 1
+// hold tile t (segments.cuh), for every tile t; NT threads a CTA, launched
+// for at most BUCKETS tiles more than the buckets have (one partial tile
+// a bucket), before the host knows how many.
+template <int NT>
+__global__ void __launch_bounds__(NT) kernel_tile_buckets(const int* first_tile, int* tile_bucket) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= tiles) return;
+  if (t >= first_tile[BUCKETS]) return;
   int b = 0;  // the last bucket whose first tile is at most t (empty buckets come before it)
 #pragma unroll
   for (int step = BUCKETS / 2; step >= 1; step /= 2) {
@@ -104,20 +161,21 @@ __global__ void __launch_bounds__(NT) kernel_tile_buckets(const int* first_tile,
 // out[offsets[b] + bases[b * gridDim.x + c] ...] <- span c's keys of bucket
 // b, in input order, read through the Load policy (packed_positions.cuh: a
 // packed argsort packs its words here), their buckets from
-// kernel_bucket_count.  Two CTAs an SM: left alone the compiler took up to
+// kernel_bucket_count; nothing where the summary says not to scatter.  Two CTAs an SM: left alone the compiler took up to
 // 147 registers a thread, one CTA of 256; bounded, 117 to 128 and no spills
 // (ptxas, NOTES, version 11).
 template <int NT, int VT, class Out, class Load = as_is>
 __global__ void __launch_bounds__(NT, 2)
     kernel_bucket_scatter(const typename Load::template input<Out>* keys,
                           const unsigned char* buckets, i64 count, i64 span, const i64* bases,
-                          const i64* offsets, Out* out) {
+                          const i64* offsets, const bucket_summary* summary, Out* out) {
   constexpr int NV = NT * VT;
   __shared__ i64 shift[BUCKETS];  // the tile's key j of bucket b goes to shift[b] + j
   __shared__ bucket_stage<NT, VT, Out> stage;
   static_assert(sizeof(shift) + sizeof(stage) <= 48 * 1024,
                 "a CTA gets at most 48 KB of static shared memory: lower VT for this key size "
                 "(gpusort/kernels.py, BUCKET_VT)");
+  if (!summary->scatter) return;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // Where bucket tid's next key goes.
   i64 cursor = offsets[tid] + bases[i64(tid) * gridDim.x + blockIdx.x];

@@ -49,12 +49,15 @@ def main() -> None:
     # Bucket passes (forced at this size, with a small sample): keys spread
     # over many buckets of one partial tile, and keys of a few values whose
     # buckets take two- and four-way passes; a sort and a packed argsort.
-    kernels.BUCKET_MIN_KEYS, kernels.BUCKET_LEVELS_SAVED, kernels.BUCKET_SAMPLE = 0, 0, 16
-    for dtype, values in (("int32", 2**31), ("float64", 0), ("int32", 3)):
-        x = rng.integers(-values, values, 50_003).astype(dtype) if values else rng.standard_normal(50_003)
+    kernels.BUCKET_MIN_BYTES, kernels.BUCKET_LEVELS_SAVED, kernels.BUCKET_SAMPLE = 0, 0, 16
+    for dtype, values in (("int32", 2**31), ("float64", 0), ("int32", 3), ("float32", 0)):
+        x = (rng.integers(-values, values, 50_003) if values else rng.standard_normal(50_003)).astype(dtype)
+        if dtype == "float32":  # exact keys: both zeros and NaNs of two bit patterns tie
+            x[::7], x[::11], x[::13], x[::17] = -0.0, 0.0, np.nan, -np.nan
         d = cupy.asarray(x)
         perm = ref_argsort(x)
-        assert (cupy.asnumpy(gpu.sort(d)) == x[perm]).all()
+        u = f"u{x.itemsize}"  # bits: NaN payloads and the sign of zero count
+        assert (cupy.asnumpy(gpu.sort(d)).view(u) == x[perm].view(u)).all()
         assert (cupy.asnumpy(gpu.argsort(d)) == perm).all()
     cupy.cuda.runtime.deviceSynchronize()
     print("gpu smoke OK")

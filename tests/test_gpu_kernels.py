@@ -110,19 +110,39 @@ def test_sort_argsort_pairs_every_size_and_pattern(dtype, descending, rng):
 
 @pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
-def test_float_sort_by_bits_keeps_tie_order(dtype, descending, rng):
-    # gpu._sort_by_bits sorts exact order keys, which order -0.0 before 0.0
-    # and NaNs by their bits; the stable order keeps both kinds of ties in
-    # input order.  Every subset of the tied bit patterns, over several tiles.
+def test_float_sort_by_bits_keeps_tie_order(dtype, descending, rng, monkeypatch):
+    # Floats sort as exact order keys (kernels.exact_sort), which order -0.0
+    # and 0.0 apart and NaNs by their bits; the stable order keeps both kinds
+    # of ties in input order.  Every subset of the tied bit patterns, on every
+    # plan: one tile (the blocksort loads and stores the floats), two-way
+    # passes, and bucket passes (forced) with merge passes and without (the
+    # in-place blocksort stores the floats).  The reported groups must be
+    # exactly the mixed ones.
+    monkeypatch.setattr(kernels, "BUCKET_LEVELS_SAVED", 0)
     u = np.dtype(f"u{np.dtype(dtype).itemsize}")
     nan, sign = int(np.array(np.nan, dtype).view(u)), 1 << (8 * u.itemsize - 1)
+    inf = int(np.array(np.inf, dtype).view(u))
     tied = np.array([nan, nan | 1, nan | sign, (nan | sign) + 3, 0, sign], u).view(dtype)
-    n = 3 * tile(dtype) + 5
-    for subset in ([4, 5], [0, 1], [0, 2, 3], [4], [0], [0, 1, 2, 3, 4, 5]):
-        x = (rng.standard_normal(n) * 3).astype(dtype)
-        hit = rng.random(n) < 0.3
-        x[hit] = rng.choice(tied[subset], int(hit.sum()))
-        assert_same(gpu.sort(cupy.asarray(x), descending=descending), x[ref_argsort(x, descending)])
+    t, sample = tile(dtype), 4 * kernels.BUCKETS * kernels.BUCKET_SAMPLE
+    enc = kernels.encoding(np.dtype(dtype), descending)
+    for n, bucketed, share in ((t - 3, False, 0.3), (3 * t + 5, False, 0.3), (300_007, True, 0.3), (sample + 3, True, 0.002)):
+        monkeypatch.setattr(kernels, "BUCKET_MIN_BYTES", 0 if bucketed else 2**40)
+        for subset in ([4, 5], [0, 1], [0, 2, 3], [4], [0], [0, 1, 2, 3, 4, 5]):
+            x = (rng.standard_normal(n) * 3).astype(dtype)
+            hit = rng.random(n) < share
+            x[hit] = rng.choice(tied[subset], int(hit.sum()))
+            d = cupy.asarray(x)
+            if share < 0.01:  # buckets of one tile: no merge pass
+                assert kernels.bucket_pass(enc, d, descending, u).tiles.levels == 0
+            expected = x[ref_argsort(x, descending)]
+            _, ties = kernels.exact_sort(d, descending=descending)
+            magnitude = expected.view(u) & (sign - 1)
+            for group, members in ((ties.zeros, magnitude == 0), (ties.nans, magnitude > inf)):
+                at = np.flatnonzero(members)
+                mixed = np.unique(expected.view(u)[at]).size > 1
+                assert group == (slice(at[0], at[-1] + 1) if mixed else None), (subset, group)
+            assert_same(gpu.sort(d, descending=descending), expected)
+            assert_same(d, x)  # input untouched
 
 
 @pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
@@ -180,21 +200,34 @@ def test_packed_argsort_every_plan(dtype, descending, rng, monkeypatch):
 def test_bucket_scatter_groups_stably(dtype, rng, monkeypatch):
     # The scatter alone against NumPy: a key's bucket is how many splitters
     # are <= it, and each bucket keeps its keys in input order.
-    monkeypatch.setattr(kernels, "BUCKET_MIN_KEYS", 0)
+    monkeypatch.setattr(kernels, "BUCKET_MIN_BYTES", 0)
     monkeypatch.setattr(kernels, "BUCKET_LEVELS_SAVED", 0)  # the heavy bucket saves few levels
     x = make_keys(dtype, 300_007, "random", rng)
     x[rng.random(x.size) < 0.2] = x[0]  # one heavy bucket
     d = cupy.asarray(x)
     k = kernels.kernels(x.dtype, 0, False)
-    plan = kernels.plan_buckets(k, d, False)
-    assert plan is not None
-    out = cupy.empty_like(d)
-    plan.scatter(k, d, out)
-    buckets = np.searchsorted(cupy.asnumpy(plan.splitters), x, side="right")
-    expected = x[np.argsort(buckets, kind="stable")]
-    assert_same(out, expected)
-    offsets = np.concatenate([[0], np.cumsum(np.bincount(buckets, minlength=kernels.BUCKETS))])
-    assert_same(plan.tiles.offsets, offsets.astype(np.int64))
+    done = kernels.bucket_pass(k, d, False, x.dtype)
+    assert done is not None
+    buckets = np.searchsorted(cupy.asnumpy(done.splitters), x, side="right")
+    assert_same(done.keys, x[np.argsort(buckets, kind="stable")])
+    sizes = np.bincount(buckets, minlength=kernels.BUCKETS)
+    assert_same(done.tiles.offsets, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+    # The tile tables and the levels the kernels worked out, against the host's own.
+    tiles = -(-sizes // k.nv)
+    assert_same(done.tiles.first_tile, np.concatenate([[0], np.cumsum(tiles)]).astype(np.int32))
+    assert done.tiles.count == tiles.sum()
+    assert_same(done.tiles.tile_bucket[:done.tiles.count], np.repeat(np.arange(kernels.BUCKETS), tiles).astype(np.int32))
+    assert done.tiles.levels == kernels.merge_passes(int(sizes.max()), k.nv)
+
+
+def test_bucket_pass_declines_where_it_saves_too_few_levels(rng, monkeypatch):
+    # Keys of three values fill three buckets: the scatter would save no
+    # level, so the kernels skip it and the sort goes on without buckets.
+    monkeypatch.setattr(kernels, "BUCKET_MIN_BYTES", 0)
+    x = rng.integers(0, 3, 300_007).astype(np.int32)
+    d = cupy.asarray(x)
+    assert kernels.bucket_pass(kernels.kernels(x.dtype, 0, False), d, False, x.dtype) is None
+    check_sort_and_argsort(x, False)
 
 
 @pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
@@ -205,7 +238,7 @@ def test_bucket_pass_every_dtype_and_pattern(dtype, descending, rng, monkeypatch
     # tile (no merge pass at all), empty buckets, one bucket of every key,
     # and buckets of many tiles merged two and four ways, the last pair or
     # group of each bucket cut short by its end.  Ties keep input order.
-    monkeypatch.setattr(kernels, "BUCKET_MIN_KEYS", 0)
+    monkeypatch.setattr(kernels, "BUCKET_MIN_BYTES", 0)
     monkeypatch.setattr(kernels, "BUCKET_LEVELS_SAVED", 0)
     monkeypatch.setattr(kernels, "FOUR_WAY_MIN_KEYS", 0)
     for n in (4 * kernels.BUCKETS * kernels.BUCKET_SAMPLE + 3, 300_007):
@@ -220,13 +253,13 @@ def test_bucket_pass_large(dtype, rng, monkeypatch):
     # Buckets of evenly spread keys several tiles long, as the sort decides
     # by itself (the scatter saves levels here) once the size threshold lets
     # it try, against NumPy's stable sort.
-    monkeypatch.setattr(kernels, "BUCKET_MIN_KEYS", 2**22)
+    monkeypatch.setattr(kernels, "BUCKET_MIN_BYTES", 2**22)
     n = 2**22 + 2**20 + 5
     for pattern in ("random", "special"):
         x = make_keys(dtype, n, pattern, rng)
         d = cupy.asarray(x)
         k = kernels.kernels(x.dtype, 0, False)
-        assert pattern != "random" or kernels.plan_buckets(k, d, False) is not None
+        assert pattern != "random" or kernels.bucket_pass(k, d, False, x.dtype) is not None
         perm = np.argsort(x, kind="stable")
         assert_same(gpu.sort(d), x[perm])
         assert_same(gpu.argsort(d), perm)

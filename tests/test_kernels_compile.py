@@ -100,6 +100,15 @@ def test_instantiations_cover_every_key_value_and_order():
         for descending in kernels.ORDERS:
             packing = kernels.packing_expressions(nt, vt, key, descending)
             assert set(packing.values()) <= set(names) and "bucket_scatter" in packing
+    # Float sorts by exact keys: loads and stores of each float and order, around the word's own kernels.
+    for key in kernels.EXACT_FLOATS:
+        nt_f, vt_f = kernels.launch_box(ARCH, key.itemsize)
+        for descending in kernels.ORDERS:
+            encoding = kernels.encoding_expressions(nt_f, vt_f, key, descending)
+            assert set(encoding.values()) <= set(names) and "tie_bounds" in encoding
+            assert all(f"exact_keys<{kernels.KEY_TYPES[key]}, {str(descending).lower()}>" in e
+                       for kind, e in encoding.items() if kind not in ("bucket_bases", "bucket_tables", "tile_buckets",
+                                                                      "bucket_count", "tie_bounds"))
     assert {"merge_positions", "merge_four_positions"} <= set(kernels.expressions(nt, vt, kernels.WORD, 0, False))
     assert "merge_positions" not in kernels.expressions(nt, vt, kernels.WORD, 0, True)
     assert "merge_positions" not in kernels.expressions(nt, vt, np.int64, 0, False)
