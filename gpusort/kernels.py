@@ -593,8 +593,8 @@ def exact_sort(keys, *, descending: bool = False):
     float order ties: -0.0 before 0.0 (after it, descending) and NaNs by
     their bits.  :class:`Ties` says where those groups hold more than one
     bit pattern; the caller rewrites them with the input's members in
-    input order (``gpusort.gpu``), which makes the sort stable.  One small
-    read back to the host.
+    input order (``gpusort.gpu``), which makes the sort stable.  Small reads
+    back to the host: the tie groups' bounds, and a bucket pass's summary.
     """
     import cupy
 
@@ -643,8 +643,9 @@ def _sort_words(keys, descending: bool, k: Kernels, first: Packing | Encoding, w
     import cupy
 
     n = keys.size
-    # Splitters compare the keys themselves, in their own order; a bucket of
-    # keys is the same bucket of their words.
+    # A packed argsort's count compares the keys in their own order (a bucket
+    # of keys is the same bucket of their words), a float sort's their exact
+    # keys (_sorted_sample).
     buckets = bucket_pass(first, keys, descending, word)  # first.nv is the word module's
     tiles = buckets.tiles if buckets else Tiles.whole(n, k.nv)
     plan = pass_plan(tiles.levels, four_way=last.merge_four is not None and n >= FOUR_WAY_MIN_KEYS)
@@ -695,7 +696,7 @@ class Buckets:
 
     tiles: Tiles
     keys: Any  # the keys (or packed words) scattered bucket by bucket, each bucket in input order
-    splitters: Any  # BUCKETS - 1 sampled keys, in order (a strided view of the sorted sample)
+    splitters: Any  # BUCKETS - 1 sampled keys as the count compares them, in order (a view of the sorted sample)
 
 
 #: int32 fields of the summary a bucket pass reads back (kernels/kernel_buckets.cuh,
@@ -720,8 +721,7 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
 
     The kernels decide that themselves (kernels/kernel_buckets.cuh): the
     host launches every step, the scatter included, and reads back three
-    numbers only after the GPU has them, while the scatter runs; it never
-    leaves the GPU idle.  ``None`` also below :data:`BUCKET_MIN_BYTES` of
+    numbers while the scatter runs, so the GPU never waits on that read.  ``None`` also below :data:`BUCKET_MIN_BYTES` of
     ``out_dtype`` (or four samples).
     """
     import cupy
@@ -904,7 +904,7 @@ def merge_pass(k: Kernels, a_keys, a_values, b_keys, b_values, run: int, a_count
     """One merge pass (kernels/merge_pass.cuh): partition, then merge tile by tile.
 
     ``a_starts`` (int64, at least one per output tile) receives the partition;
-    ``kernel`` is ``k.merge`` (the default) or ``k.merge_positions``.
+    ``kernel``: ``k.merge`` (the default), or a last pass's that stores something else (:class:`_Last`).
     """
     runs = (np.int64(run), np.int64(a_count), np.int64(b_count))
     k.partition(
