@@ -319,7 +319,8 @@ def _sort_rows(rows: cupy.ndarray, descending: bool) -> cupy.ndarray:
     if rows.size == 0 or length == 1:
         return rows.copy()
     if count == 1 and rows.dtype in _BY_BITS:
-        return _sort_by_bits(rows.ravel(), descending).reshape(1, length)
+        # The kernels load the floats as exact keys and store their bits back.
+        return kernels.exact_sort(rows.ravel(), descending=descending).reshape(1, length)
     keys = _kernel_keys(rows)
     segment = _segment(count, length, keys.dtype, 0, descending)
     if segment is not None:
@@ -341,25 +342,6 @@ def _sort_rows(rows: cupy.ndarray, descending: bool) -> cupy.ndarray:
 #: ran at 20.6 (2**28, H200).  float64 keeps the hardware compare, as fast as
 #: int64's.
 _BY_BITS = kernels.EXACT_FLOATS
-
-
-def _sort_by_bits(keys: cupy.ndarray, descending: bool) -> cupy.ndarray:
-    """1-D float16/float32 keys sorted stably as their exact order keys (:func:`gpusort.kernels.exact_sort`), in new memory.
-
-    The kernels load the floats as exact keys and store the bits back, so
-    they come back exactly.  Exact keys order two kinds of ties that the
-    stable float order keeps in input order, ``-0.0`` against ``0.0`` and
-    NaNs of different bits; where the sort reports such a group, it is
-    rewritten with the input's members in input order (a stable compaction).
-    """
-    out, ties = kernels.exact_sort(keys, descending=descending)
-    b = order.FloatBits(keys.dtype)
-    bits, got = keys.view(b.uint), out.view(b.uint)
-    if ties.zeros:
-        got[ties.zeros] = bits[(bits & b.magnitude) == 0]
-    if ties.nans:
-        got[ties.nans] = bits[(bits & b.magnitude) > b.inf]
-    return out
 
 
 def _tied_keys(keys: cupy.ndarray, descending: bool) -> cupy.ndarray:
@@ -588,7 +570,7 @@ def _lsd_argsort(okeys: cupy.ndarray, layout: composite.Layout) -> cupy.ndarray:
 
 def _rows(a: cupy.ndarray, axis: int | None) -> tuple[cupy.ndarray, Callable]:
     """``a`` as contiguous ``(R, L)`` rows along ``axis`` (``None``: one row, flattened), and the map of ``(R, L)`` results back to ``a``'s shape."""
-    if axis is None:
+    if axis is None or a.ndim == 1:  # no axes to move: the cheap path (small sorts feel views' host time)
         return cupy.ascontiguousarray(a).reshape(1, a.size), lambda out: out.reshape(a.size)
     moved = cupy.moveaxis(a, axis, -1)
     rows = cupy.ascontiguousarray(moved).reshape(math.prod(moved.shape[:-1]), a.shape[axis])

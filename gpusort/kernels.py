@@ -29,6 +29,7 @@ import functools
 import hashlib
 import math
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -110,6 +111,11 @@ FOUR_WAY_MIN_KEYS = 2**25
 
 #: Threads per CTA of the partition kernel (one merge path search per thread).
 PARTITION_NT = 128
+#: Passes of at most this many tiles search each tile's partition with
+#: PARTITION_LANES lanes, not one (kernels/group_search.cuh): a few thousand
+#: searches leave the GPU waiting on each one's chain of reads (11 us a pass
+#: of 2**24 keys), where more lanes cut the chain for more reads in all.
+PARTITION_GROUP_TILES, PARTITION_LANES = 8192, 8
 
 #: Buckets of a bucket pass (kernels/bucket_search.cuh), one per thread of its CTAs.
 BUCKETS = 256
@@ -133,6 +139,13 @@ BUCKET_LEVELS_SAVED = 4
 #: 178 of the 256 tiles of 5888 its levels allow): 64 samples a bucket
 #: reached 1.438x and cost a level (NOTES, version 11).
 BUCKET_SAMPLE = 256
+#: Threads per CTA of the sample's splitters (kernels/kernel_splitters.cuh), one a key,
+#: and every how many keys of the sample its searches keep in shared memory (a
+#: warp's width: it divides every tile).
+SPLITTERS_NT, SAMPLE_FENCE = 512, 32
+#: Threads per CTA, loads in flight per thread, and CTAs of the count of a float
+#: sort's tie groups (kernels/kernel_ties.cuh): one pass over the input.
+TIE_NT, TIE_VT, TIE_CTAS = 256, 8, 1024
 #: CTAs a bucket pass aims at: each counts and scatters a span of whole tiles.
 BUCKET_CTAS = 1024
 
@@ -178,7 +191,8 @@ def expressions(nt: int, vt: int, key: np.dtype, value_size: int, descending: bo
     names = {
         "blocksort": f"gpusort::kernel_blocksort<{nt}, {vt}, {k}, {v}, {o}>",
         "merge": f"gpusort::kernel_merge<{nt}, {vt}, {k}, {v}, {o}>",
-        "partition": f"gpusort::kernel_partition<{k}, {o}>",
+        "partition": f"gpusort::kernel_partition<1, {k}, {o}>",
+        "partition_group": f"gpusort::kernel_partition<{PARTITION_LANES}, {k}, {o}>",
     }
     four_way = not value_size and key.itemsize in FOUR_WAY_KEY_SIZES
     if not value_size:
@@ -231,9 +245,10 @@ def encoding_expressions(nt: int, vt: int, key: np.dtype, descending: bool) -> d
     exact = f"gpusort::exact_keys<{KEY_TYPES[key]}, {str(bool(descending)).lower()}>"
     return {"blocksort": f"gpusort::kernel_blocksort<{nt}, {vt}, {w}, {none}, {up}, {exact}>",
             "blocksort_bits": f"gpusort::kernel_blocksort<{nt}, {vt}, {w}, {none}, {up}, {exact}, {exact}>",
-            "words_blocksort_bits": f"gpusort::kernel_blocksort<{nt}, {vt}, {w}, {none}, {up}, gpusort::as_is, {exact}>",
             "merge_bits": f"gpusort::kernel_merge<{nt}, {vt}, {w}, {none}, {up}, {exact}>",
             "tie_bounds": f"gpusort::kernel_tie_bounds<{KEY_TYPES[key]}, {ORDERS[descending]}>",
+            "tie_count": f"gpusort::kernel_tie_count<{TIE_NT}, {TIE_VT}, {KEY_TYPES[key]}>",
+            "tie_gather": f"gpusort::kernel_tie_gather<{TIE_NT}, {KEY_TYPES[key]}>",
             **bucket_expressions(key, exact_word(key), descending, load=exact, words=True)}
 
 
@@ -241,17 +256,22 @@ def bucket_expressions(key: np.dtype, out: np.dtype, descending: bool, load: str
                        words: bool = False) -> dict:
     """The ``name_expressions`` of a bucket pass over ``key`` writing ``out`` keys through ``load``.
 
-    Its count compares the keys in their own order, or with ``words`` the
-    ``out`` words ``load`` makes of them, ascending (a float sort's exact keys).
+    Its count compares the keys in their own order, and its splitters come
+    from a sample sorted in that order.  With ``words`` the count compares
+    the ``out`` words ``load`` makes of the keys, ascending (a float sort's
+    exact keys), and the scatter moves the keys' bits as they are: the
+    blocksort after it loads them through ``load`` (:func:`_sort_words`).
     """
     k, w, o = KEY_TYPES[np.dtype(key)], KEY_TYPES[np.dtype(out)], ORDERS[descending]
     count_vt, scatter_vt = BUCKET_COUNT_VT, BUCKET_VT[np.dtype(out).itemsize]
-    compared = f"{w}, {ORDERS[False]}, {load}" if words else f"{k}, {o}"
-    return {"bucket_count": f"gpusort::kernel_bucket_count<{BUCKETS}, {count_vt}, {compared}>",
+    compared = f"{w}, {ORDERS[False]}" if words else f"{k}, {o}"  # what the count compares, in its order
+    loaded, scattered = (f", {load}", "gpusort::as_is") if words else ("", load)
+    return {"sample_splitters": f"gpusort::kernel_sample_splitters<{SPLITTERS_NT}, {SAMPLE_FENCE}, {compared}>",
+            "bucket_count": f"gpusort::kernel_bucket_count<{BUCKETS}, {count_vt}, {compared}{loaded}>",
             "bucket_bases": f"gpusort::kernel_bucket_bases<{BUCKETS}>",
             "bucket_tables": f"gpusort::kernel_bucket_tables<{BUCKETS}>",
             "tile_buckets": f"gpusort::kernel_tile_buckets<{PARTITION_NT}>",
-            "bucket_scatter": f"gpusort::kernel_bucket_scatter<{BUCKETS}, {scatter_vt}, {w}, {load}>"}
+            "bucket_scatter": f"gpusort::kernel_bucket_scatter<{BUCKETS}, {scatter_vt}, {w}, {scattered}>"}
 
 
 def packs(key: np.dtype) -> bool:
@@ -349,9 +369,11 @@ class Kernels(_Launch):
     blocksort: Any
     merge: Any
     partition: Any
+    partition_group: Any
     merge_four: Any = None  # keys-only modules of FOUR_WAY_KEY_SIZES have four-way passes
     partition_four: Any = None
-    bucket_count: Any = None  # keys-only modules: the bucket pass
+    sample_splitters: Any = None  # keys-only modules: the bucket pass
+    bucket_count: Any = None
     bucket_bases: Any = None
     bucket_scatter: Any = None
     bucket_tables: Any = None
@@ -367,11 +389,15 @@ class Packing(_Launch):
 
     blocksort: Any
     blocksort_positions: Any
+    sample_splitters: Any
     bucket_count: Any
     bucket_bases: Any
     bucket_scatter: Any
     bucket_tables: Any
     tile_buckets: Any
+
+    #: The scatter packs the words, which the blocksort after it sorts.
+    scatters_words = True
 
 
 @dataclass(frozen=True)
@@ -380,14 +406,21 @@ class Encoding(_Launch):
 
     blocksort: Any
     blocksort_bits: Any
-    words_blocksort_bits: Any
     merge_bits: Any
     tie_bounds: Any
+    tie_count: Any
+    tie_gather: Any
+    sample_splitters: Any
     bucket_count: Any
     bucket_bases: Any
     bucket_scatter: Any
     bucket_tables: Any
     tile_buckets: Any
+
+    #: The scatter moves the floats' bits as they are, and the blocksort after it
+    #: loads them as exact keys: loading them there cost the scatter a third of
+    #: its time (NOTES, version 13).
+    scatters_words = False
 
 
 def _arch(device: int) -> int:
@@ -576,76 +609,87 @@ def packed_argsort(keys, *, descending: bool = False):
     return _sort_words(keys, descending, k, pack, WORD, last).view(np.int64)
 
 
-class Ties(NamedTuple):
-    """Where an :func:`exact_sort` left ties of different bits out of input order: slices of its result, or ``None``."""
-
-    zeros: slice | None  # -0.0 and 0.0, both present
-    nans: slice | None  # NaNs of more than one bit pattern
-
-
 def exact_sort(keys, *, descending: bool = False):
-    """1-D :data:`EXACT_FLOATS` ``keys`` sorted (NaN last), as their exact order keys; returns ``(sorted, ties)``.
+    """1-D :data:`EXACT_FLOATS` ``keys`` sorted stably (NaN last), by their exact order keys, into new memory.
 
     A keys-only sort of unsigned integers (kernels/exact_keys.cuh): the
-    first kernel (the blocksort, or a bucket pass's scatter) loads each
-    float as its exact key, the last stores it back as the float's bits, so
-    no pass of its own encodes or decodes.  Exact keys order what the
-    float order ties: -0.0 before 0.0 (after it, descending) and NaNs by
-    their bits.  :class:`Ties` says where those groups hold more than one
-    bit pattern; the caller rewrites them with the input's members in
-    input order (``gpusort.gpu``), which makes the sort stable.  Small reads
-    back to the host: the tie groups' bounds, and a bucket pass's summary.
+    first kernel (the blocksort, or a bucket pass's count and the blocksort
+    after its scatter) loads each float as its exact key, the last stores it
+    back as the float's bits, so no pass of its own encodes or decodes.
+    Exact keys order what the float order ties: -0.0 before 0.0 (after it,
+    descending) and NaNs by their bits.  ``kernel_tie_bounds`` finds these
+    groups, and where one holds more than one bit pattern, two more kernels
+    rewrite it with the input's members in input order, which makes the sort
+    stable (kernels/kernel_ties.cuh).  The host reads back nothing of that;
+    a bucket pass's summary is the sort's only read.
     """
     import cupy
 
     word = exact_word(keys.dtype)
     k, enc = kernels(word, 0, False), encoding(keys.dtype, descending)
-    last = _Last(enc.blocksort_bits, enc.words_blocksort_bits, enc.merge_bits, None)
+    last = _Last(enc.blocksort_bits, enc.blocksort_bits, enc.merge_bits, None)
     out = _sort_words(keys, descending, k, enc, word, last).view(keys.dtype)
-    if not out.size:
-        return out, Ties(None, None)
-    bounds = cupy.empty(5, np.int64)
-    enc.tie_bounds((1,), (96,), (out, np.int64(out.size), bounds))
-    lo, hi, nans_at, zeros_mixed, nans_mixed = bounds.get().tolist()
-    return out, Ties(slice(lo, hi) if zeros_mixed else None, slice(nans_at, out.size) if nans_mixed else None)
+    n = out.size
+    if n:
+        ties = cupy.empty(5, np.int64)
+        enc.tie_bounds((1,), (96,), (out, np.int64(n), ties))
+        tile = TIE_NT * TIE_VT
+        span = tile * -(-n // (tile * TIE_CTAS))
+        ctas = -(-n // span)
+        counts = cupy.empty(2 * ctas, np.int32)
+        enc.tie_count((ctas,), (TIE_NT,), (keys, np.int64(n), np.int64(span), ties, counts))
+        enc.tie_gather((ctas,), (TIE_NT,), (keys, np.int64(n), np.int64(span), ties, counts, out))
+    return out
 
 
 class _Last(NamedTuple):
     """The kernels that may end a sort of words and store its result instead of words (:func:`_sort_words`)."""
 
     blocksort: Any  # of keys, when one tile is the whole sort
-    words_blocksort: Any  # in place, of scattered words, when every bucket is one tile
+    bucket_blocksort: Any  # in place, of what the scatter wrote, when every bucket is one tile
     merge: Any
     merge_four: Any  # None: the sort merges two ways only
 
 
-def _sorted_sample(k: Kernels | Packing | Encoding, sample, descending: bool):
-    """A bucket pass's sample (too few keys for buckets of its own) sorted into what its count compares.
+def _splitters(k: Kernels | Packing | Encoding, sample, descending: bool):
+    """A bucket pass's splitters from its ``sample`` of ``BUCKETS * BUCKET_SAMPLE`` keys, as its count compares them.
 
-    The keys in their own order; an :class:`Encoding`'s count compares exact
-    keys, so its splitters are exact keys too.
+    Returns :data:`BUCKETS` keys, every :data:`BUCKET_SAMPLE`-th of the
+    sample's stable sort (the first is its least key, no splitter).  The
+    blocksort sorts the sample's tiles and ``sample_splitters`` finds each
+    key's place in their merge (kernels/kernel_splitters.cuh): two launches
+    where merging the tiles took ten.  An :class:`Encoding`'s count compares
+    exact keys, so its own blocksort loads the sample as exact keys; other
+    counts compare keys in their own order, which the keys' own module sorts.
     """
-    if not isinstance(k, Encoding):
-        return mergesort(sample, descending=descending)[0]
-    word = exact_word(sample.dtype)
-    words = kernels(word, 0, False)
-    return _sort_words(sample, descending, words, k, word, _Last(k.blocksort, words.blocksort, words.merge, None))
+    import cupy
+
+    exact = isinstance(k, Encoding)
+    first = k if exact else kernels(sample.dtype, 0, descending)
+    n = sample.size
+    sorted_tiles = cupy.empty(n, exact_word(sample.dtype) if exact else sample.dtype)
+    blocksort(first, sample, NULL, sorted_tiles, NULL, Tiles.whole(n, first.nv))
+    splitters = cupy.empty(BUCKETS, sorted_tiles.dtype)
+    k.sample_splitters((-(-n // SPLITTERS_NT),), (SPLITTERS_NT,),
+                       (sorted_tiles, np.int64(n), np.int64(first.nv), np.int64(BUCKET_SAMPLE), splitters),
+                       shared_mem=-(-n // SAMPLE_FENCE) * sorted_tiles.itemsize)
+    return splitters
 
 
 def _sort_words(keys, descending: bool, k: Kernels, first: Packing | Encoding, word: np.dtype, last: _Last):
     """A keys-only sort of ``keys`` as words of ``word``, into the memory it returns (words: the caller views it).
 
-    ``first``'s kernels load keys as words (its bucket pass's scatter, or its
-    blocksort), ``k`` sorts the words, and whichever of ``last`` runs last
-    stores the result instead of words.  Holds two arrays of ``keys.size``
-    words.
+    ``first``'s kernels load keys as words (its bucket pass's scatter, or the
+    blocksort after it, or its blocksort), ``k`` sorts the words, and
+    whichever of ``last`` runs last stores the result instead of words.
+    Holds two arrays of ``keys.size`` words.
     """
     import cupy
 
     n = keys.size
     # A packed argsort's count compares the keys in their own order (a bucket
     # of keys is the same bucket of their words), a float sort's their exact
-    # keys (_sorted_sample).
+    # keys (_splitters).
     buckets = bucket_pass(first, keys, descending, word)  # first.nv is the word module's
     tiles = buckets.tiles if buckets else Tiles.whole(n, k.nv)
     plan = pass_plan(tiles.levels, four_way=last.merge_four is not None and n >= FOUR_WAY_MIN_KEYS)
@@ -655,8 +699,9 @@ def _sort_words(keys, descending: bool, k: Kernels, first: Packing | Encoding, w
     bufs[src] = buckets.keys if buckets else cupy.empty(n, word)
     if plan:
         bufs[1 - src] = cupy.empty(n, word)
-    if buckets:  # in place, bucket by bucket
-        blocksort(k, bufs[src], NULL, bufs[src], NULL, tiles, kernel=None if plan else last.words_blocksort)
+    if buckets:  # in place, bucket by bucket, from words, or from floats' bits (Encoding.scatters_words)
+        blocksort(k if first.scatters_words else first, bufs[src], NULL, bufs[src], NULL, tiles,
+                  kernel=None if plan else last.bucket_blocksort)
     elif n:
         blocksort(first, keys, NULL, bufs[src], NULL, tiles, kernel=None if plan else last.blocksort)
     _merge_levels(k, plan, bufs, [NULL, NULL], tiles, last=(last.merge, last.merge_four))
@@ -696,7 +741,7 @@ class Buckets:
 
     tiles: Tiles
     keys: Any  # the keys (or packed words) scattered bucket by bucket, each bucket in input order
-    splitters: Any  # BUCKETS - 1 sampled keys as the count compares them, in order (a view of the sorted sample)
+    splitters: Any  # BUCKETS - 1 sampled keys as the count compares them, in order (_splitters)
 
 
 #: int32 fields of the summary a bucket pass reads back (kernels/kernel_buckets.cuh,
@@ -708,59 +753,81 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     """``keys`` scattered into buckets for a keys-only sort into tiles of ``k.nv``, or ``None`` where that does not pay.
 
     Sample sort's partition.  Every ``n / (BUCKETS * BUCKET_SAMPLE)``-th
-    key is sampled and the sample sorted; every :data:`BUCKET_SAMPLE`-th key
-    of it is a splitter, and a key's bucket is how many splitters it does
-    not precede (kernels/bucket_search.cuh).  Buckets are ranges of the
-    order, so sorting each on its own sorts the whole, in ``log2`` of the
-    largest bucket's tiles merge levels instead of the whole sort's: eight
-    fewer for evenly spread keys.  The count compares what ``k`` loads
-    (:func:`_sorted_sample`).  The scatter writes ``out_dtype`` keys
-    (``k``'s load policy: a packed argsort's words) into new memory, and
-    runs only where it saves :data:`BUCKET_LEVELS_SAVED` levels (keys of a
-    few values, or all equal, fill one bucket and save none).
+    key is sampled; every :data:`BUCKET_SAMPLE`-th key of the sample's sort
+    is a splitter (:func:`_splitters`), and a key's bucket is how many
+    splitters it does not precede (kernels/bucket_search.cuh).  Buckets are
+    ranges of the order, so sorting each on its own sorts the whole, in
+    ``log2`` of the largest bucket's tiles merge levels instead of the whole
+    sort's: eight fewer for evenly spread keys.  The count compares what
+    ``k`` loads.  The scatter writes ``out_dtype`` keys (through ``k``'s
+    load policy: a packed argsort's words; a float sort's keep their bits)
+    into new memory, and runs only where it saves
+    :data:`BUCKET_LEVELS_SAVED` levels (keys of a few values, or all equal,
+    fill one bucket and save none).
 
     The kernels decide that themselves (kernels/kernel_buckets.cuh): the
-    host launches every step, the scatter included, and reads back three
-    numbers while the scatter runs, so the GPU never waits on that read.  ``None`` also below :data:`BUCKET_MIN_BYTES` of
-    ``out_dtype`` (or four samples).
+    host launches every step, the scatter included, and then reads back
+    three numbers (:func:`_read_summary`) while the scatter runs, so the GPU
+    never waits on that read.  ``None`` also below :data:`BUCKET_MIN_BYTES`
+    of ``out_dtype`` (or four samples).
     """
     import cupy
-    import cupyx
 
     n = keys.size
     sample_size = BUCKETS * BUCKET_SAMPLE
     if n * np.dtype(out_dtype).itemsize < BUCKET_MIN_BYTES or n < 4 * sample_size or k.bucket_count is None:
         return None
     stride = n // sample_size
-    sample = cupy.ascontiguousarray(keys[stride // 2::stride][:sample_size])
-    ordered = _sorted_sample(k, sample, descending)
+    sample = cupy.ascontiguousarray(keys[stride // 2:stride * sample_size:stride])
+    splitters = _splitters(k, sample, descending)
 
     tile = BUCKETS * math.lcm(BUCKET_COUNT_VT, *BUCKET_VT.values())  # the scatter's and the count's tiles divide it
     span = tile * -(-n // (tile * BUCKET_CTAS))
     ctas = -(-n // span)
     counts = cupy.empty((BUCKETS, ctas), np.int32)
     buckets = cupy.empty(n, np.uint8)
-    k.bucket_count((ctas,), (BUCKETS,), (keys, np.int64(n), ordered, np.int64(BUCKET_SAMPLE), np.int64(span),
-                                         counts, buckets))
+    k.bucket_count((ctas,), (BUCKETS,), (keys, np.int64(n), splitters, np.int64(span), counts, buckets))
     bases, totals = cupy.empty((BUCKETS, ctas), np.int64), cupy.empty(BUCKETS, np.int64)
     k.bucket_bases((BUCKETS,), (BUCKETS,), (counts, np.int64(ctas), bases, totals))
     offsets, first_tile = cupy.empty(BUCKETS + 1, np.int64), cupy.empty(BUCKETS + 1, np.int32)
     summary = cupy.empty(_SUMMARY_FIELDS, np.int32)
     k.bucket_tables((1,), (BUCKETS,), (totals, np.int64(k.nv), np.int32(merge_passes(n, k.nv) - BUCKET_LEVELS_SAVED),
                                        offsets, first_tile, summary))
-    told = summary.get(out=cupyx.empty_pinned(_SUMMARY_FIELDS, np.int32), blocking=False)
-    known = cupy.cuda.Event(disable_timing=True)
-    known.record()
+    tabled = cupy.cuda.Event(disable_timing=True)
+    tabled.record()
     most = -(-n // k.nv) + BUCKETS  # tiles: at most one partial tile a bucket
     tile_bucket = cupy.empty(most, np.int32)
     k.tile_buckets((-(-most // PARTITION_NT),), (PARTITION_NT,), (first_tile, tile_bucket))
     out = cupy.empty(n, out_dtype)
     k.bucket_scatter((ctas,), (BUCKETS,), (keys, buckets, np.int64(n), np.int64(span), bases, offsets, summary, out))
-    known.synchronize()  # the scatter is queued behind: the GPU keeps working while the host reads
-    count, levels, scatter = told.tolist()
+    count, levels, scatter = _read_summary(summary, tabled)
     if not scatter:
         return None
-    return Buckets(Tiles(count, levels, offsets, tile_bucket, first_tile), out, ordered[BUCKET_SAMPLE::BUCKET_SAMPLE])
+    return Buckets(Tiles(count, levels, offsets, tile_bucket, first_tile), out, splitters[1:])
+
+
+_side = threading.local()
+
+
+def _read_summary(summary, after) -> list[int]:
+    """A bucket pass's summary (``_SUMMARY_FIELDS`` int32 on the GPU, ready once the event ``after`` has passed).
+
+    Copied on a side stream into pinned memory, both kept for the thread
+    and device: the host launches the scatter before it waits here, and the
+    stream that runs the scatter never waits on the copy (NOTES, version 13).
+    """
+    import cupy
+    import cupyx
+
+    device = cupy.cuda.Device().id
+    kept = _side.__dict__.setdefault("kept", {})
+    if device not in kept:
+        kept[device] = cupy.cuda.Stream(non_blocking=True), cupyx.empty_pinned(_SUMMARY_FIELDS, np.int32)
+    stream, pinned = kept[device]
+    stream.wait_event(after)
+    summary.get(stream=stream, out=pinned, blocking=False)
+    stream.synchronize()
+    return pinned.tolist()
 
 
 def _merge_levels(k: Kernels, plan: list[int], key_bufs, value_bufs, tiles: Tiles, last: tuple = (None, None)) -> None:
@@ -907,11 +974,10 @@ def merge_pass(k: Kernels, a_keys, a_values, b_keys, b_values, run: int, a_count
     ``kernel``: ``k.merge`` (the default), or a last pass's that stores something else (:class:`_Last`).
     """
     runs = (np.int64(run), np.int64(a_count), np.int64(b_count))
-    k.partition(
-        (-(-tiles.count // PARTITION_NT),),
-        (PARTITION_NT,),
-        (a_keys, b_keys, *runs, np.int64(k.nv), np.int64(tiles.count), a_starts, *tiles.args),
-    )
+    few = tiles.count <= PARTITION_GROUP_TILES
+    lanes, partition = (PARTITION_LANES, k.partition_group) if few else (1, k.partition)
+    partition((-(-tiles.count * lanes // PARTITION_NT),), (PARTITION_NT,),
+              (a_keys, b_keys, *runs, np.int64(k.nv), np.int64(tiles.count), a_starts, *tiles.args))
     (kernel or k.merge)((tiles.count,), (k.nt,), (a_keys, a_values, b_keys, b_values, *runs, a_starts, out_keys,
                                                  out_values, *tiles.args))
 

@@ -21,7 +21,8 @@
 //                              order keys (unsigned integers)
 //   segments.cuh               where each tile lies: from 0, or in a bucket
 //   bucket_search.cuh          the bucket of a key (splitters)
-//   merge_path.cuh             merge path search (any memory)
+//   group_search.cuh           a partition point searched by a group of lanes
+//   merge_path.cuh             merge path search, a key's rank in a merge
 //   multiway_path.cuh          the same over K runs
 //   thread_*.cuh               one thread, registers: sort VT keys, merge VT
 //   block_*.cuh                one CTA: move a tile, sort a tile, merge a tile,
@@ -39,4 +40,5 @@
 #include "kernel_merge_four.cuh"
 #include "kernel_partition_four.cuh"
 #include "kernel_buckets.cuh"
+#include "kernel_splitters.cuh"
 #include "kernel_ties.cuh"

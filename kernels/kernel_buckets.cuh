@@ -25,21 +25,21 @@ namespace gpusort {
 
 // counts[b * gridDim.x + c] <- how many keys of span c, keys[c * span,
 // (c + 1) * span), fall in bucket b; buckets[i] <- the bucket of keys[i].
-// The splitters are every step-th key of a sorted sample (bucket_search.cuh).
+// The splitters are kernel_sample_splitters' (bucket_search.cuh).
 // Keys are compared as the Load policy reads them: a float sort compares its
 // exact keys, one instruction where a float compare takes several (NOTES,
 // version 12).
 template <int NT, int VT, class Key, class Order, class Load = as_is>
 __global__ void __launch_bounds__(NT)
     kernel_bucket_count(const typename Load::template input<Key>* keys, i64 count,
-                        const Key* sample, i64 step, i64 span, int* counts,
+                        const Key* splitters, i64 span, int* counts,
                         unsigned char* buckets) {
   static_assert(NT == BUCKETS, "one thread a bucket");
   constexpr int WARPS = NT / 32;
   __shared__ Key tree[BUCKETS];
   __shared__ int histograms[WARPS][BUCKETS];  // one a warp: fewer lanes contend for a counter
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  if (tid < BUCKETS - 1) place_splitter(sample, step, tid, tree);
+  if (tid < BUCKETS - 1) place_splitter(splitters, tid, tree);
 #pragma unroll
   for (int w = 0; w < WARPS; ++w) histograms[w][tid] = 0;
   __syncthreads();

@@ -8,7 +8,7 @@
 // thread, the same amount of work whatever the data.
 #pragma once
 
-#include "types.cuh"
+#include "group_search.cuh"
 
 namespace gpusort {
 
@@ -62,6 +62,49 @@ __device__ __forceinline__ Index merge_path(const Key* a, Index a_count, const K
       lo = mid + 1;
   }
   return lo;
+}
+
+// merge_path in global memory, searched by a group of LANES lanes
+// (group_search.cuh); every lane of the group gets the answer.
+template <int LANES, class Key, class Order>
+__device__ __forceinline__ i64 group_merge_path(const Key* a, i64 a_count, const Key* b,
+                                                i64 b_count, i64 diag, Order precedes, int lane) {
+  const i64 lo = diag > b_count ? diag - b_count : 0;
+  const i64 hi = diag < a_count ? diag : a_count;
+  return group_partition_point<LANES>(
+      lo, hi, [&](i64 i) { return precedes(b[diag - 1 - i], a[i]); }, lane);
+}
+
+// How many elements of sorted[0, count) come before `key` where sorted is
+// merged stably with a run holding key: those that precede it, and with
+// ties_first (sorted is the earlier run) those equal to it too.
+template <class Index, class Key, class Order>
+__device__ __forceinline__ Index merged_rank(const Key* sorted, Index count, Key key,
+                                             bool ties_first, Order precedes) {
+  Index lo = 0, hi = count;
+  while (lo < hi) {
+    const Index mid = (lo + hi) >> 1;
+    if (ties_first ? !precedes(key, sorted[mid]) : precedes(sorted[mid], key))
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+// merged_rank over sorted[0, count) whose every FENCE-th element is also in
+// `fences` (fences[j] = sorted[j * FENCE], in shared memory): the fences
+// narrow the search to the FENCE - 1 elements between two of them, which
+// lie in one or two cache lines of `sorted`.
+template <int FENCE, class Key, class Order>
+__device__ __forceinline__ int fenced_rank(const Key* sorted, const Key* fences, int count,
+                                           Key key, bool ties_first, Order precedes) {
+  // Fences [0, c) come before key and fence c does not: so does every
+  // element up to fence c - 1, and none from fence c on.
+  const int c = merged_rank(fences, (count + FENCE - 1) / FENCE, key, ties_first, precedes);
+  const int lo = c ? (c - 1) * FENCE + 1 : 0;
+  const int hi = c * FENCE < count ? c * FENCE : count;
+  return lo + merged_rank(sorted + lo, hi - lo, key, ties_first, precedes);
 }
 
 }  // namespace gpusort

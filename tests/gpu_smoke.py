@@ -7,7 +7,9 @@ Meant to run under compute-sanitizer, where full test sizes would take too long:
 
 Sizes leave a partial last tile and a partial last group of runs: keys-only
 sorts of 8-byte keys and packed argsorts take two four-way merge passes,
-other sorts four two-way ones.  The last sorts begin with a bucket pass.
+other sorts four two-way ones, whose partitions search with lane groups
+ascending and with one lane a tile descending.  The last sorts begin with a
+bucket pass, whose sample spans three tiles.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def main() -> None:
         x = (rng.standard_normal(n) * 50).astype(dtype)
         d = cupy.asarray(x)
         for descending in (False, True):
+            kernels.PARTITION_GROUP_TILES = 0 if descending else 2**40
             perm = ref_argsort(x, descending)
             assert (cupy.asnumpy(gpu.sort(d, descending=descending)) == x[perm]).all()
             assert (cupy.asnumpy(gpu.argsort(d, descending=descending)) == perm).all()
@@ -49,9 +52,9 @@ def main() -> None:
     # Bucket passes (forced at this size, with a small sample): keys spread
     # over many buckets of one partial tile, and keys of a few values whose
     # buckets take two- and four-way passes; a sort and a packed argsort.
-    kernels.BUCKET_MIN_BYTES, kernels.BUCKET_LEVELS_SAVED, kernels.BUCKET_SAMPLE = 0, 0, 16
+    kernels.BUCKET_MIN_BYTES, kernels.BUCKET_LEVELS_SAVED, kernels.BUCKET_SAMPLE = 0, 0, 64
     for dtype, values in (("int32", 2**31), ("float64", 0), ("int32", 3), ("float32", 0)):
-        x = (rng.integers(-values, values, 50_003) if values else rng.standard_normal(50_003)).astype(dtype)
+        x = (rng.integers(-values, values, 70_003) if values else rng.standard_normal(70_003)).astype(dtype)
         if dtype == "float32":  # exact keys: both zeros and NaNs of two bit patterns tie
             x[::7], x[::11], x[::13], x[::17] = -0.0, 0.0, np.nan, -np.nan
         d = cupy.asarray(x)

@@ -110,14 +110,14 @@ def test_sort_argsort_pairs_every_size_and_pattern(dtype, descending, rng):
 
 @pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
-def test_float_sort_by_bits_keeps_tie_order(dtype, descending, rng, monkeypatch):
+def test_float_exact_sort_keeps_tie_order(dtype, descending, rng, monkeypatch):
     # Floats sort as exact order keys (kernels.exact_sort), which order -0.0
     # and 0.0 apart and NaNs by their bits; the stable order keeps both kinds
     # of ties in input order.  Every subset of the tied bit patterns, on every
     # plan: one tile (the blocksort loads and stores the floats), two-way
     # passes, and bucket passes (forced) with merge passes and without (the
-    # in-place blocksort stores the floats).  The reported groups must be
-    # exactly the mixed ones.
+    # in-place blocksort stores the floats).  kernel_tie_bounds must find
+    # the groups and call exactly the mixed ones mixed.
     monkeypatch.setattr(kernels, "BUCKET_LEVELS_SAVED", 0)
     u = np.dtype(f"u{np.dtype(dtype).itemsize}")
     nan, sign = int(np.array(np.nan, dtype).view(u)), 1 << (8 * u.itemsize - 1)
@@ -134,14 +134,19 @@ def test_float_sort_by_bits_keeps_tie_order(dtype, descending, rng, monkeypatch)
             d = cupy.asarray(x)
             if share < 0.01:  # buckets of one tile: no merge pass
                 assert kernels.bucket_pass(enc, d, descending, u).tiles.levels == 0
-            expected = x[ref_argsort(x, descending)]
-            _, ties = kernels.exact_sort(d, descending=descending)
-            magnitude = expected.view(u) & (sign - 1)
-            for group, members in ((ties.zeros, magnitude == 0), (ties.nans, magnitude > inf)):
-                at = np.flatnonzero(members)
-                mixed = np.unique(expected.view(u)[at]).size > 1
-                assert group == (slice(at[0], at[-1] + 1) if mixed else None), (subset, group)
-            assert_same(gpu.sort(d, descending=descending), expected)
+            # kernel_tie_bounds on the keys in exact-key order (order.encode on the host).
+            by_exact = x[np.argsort(order.encode(x, descending, "exact"), kind="stable")]
+            ties = cupy.empty(5, np.int64)
+            enc.tie_bounds((1,), (96,), (cupy.asarray(by_exact), np.int64(n), ties))
+            lo, hi, nans_at, zeros_mixed, nans_mixed = ties.get().tolist()
+            magnitude = by_exact.view(u) & (sign - 1)
+            zeros, nans = np.flatnonzero(magnitude == 0), np.flatnonzero(magnitude > inf)
+            assert (lo, hi) == ((zeros[0], zeros[-1] + 1) if zeros.size else (lo, lo)), subset
+            assert nans_at == (nans[0] if nans.size else n), subset
+            assert zeros_mixed == (np.unique(by_exact.view(u)[zeros]).size > 1), subset
+            assert nans_mixed == (np.unique(by_exact.view(u)[nans]).size > 1), subset
+            # The sort rewrites the mixed groups in input order.
+            assert_same(gpu.sort(d, descending=descending), x[ref_argsort(x, descending)])
             assert_same(d, x)  # input untouched
 
 
@@ -194,6 +199,49 @@ def test_packed_argsort_every_plan(dtype, descending, rng, monkeypatch):
                                                descending=descending), perm)
             assert_same(gpu.argsort(d, descending=descending), perm)
             assert_same(d, x)  # input untouched
+
+
+@pytest.mark.parametrize("group_tiles", [0, 2**40], ids=["one-lane", "lane-groups"])
+@pytest.mark.parametrize("dtype", ["int16", "float32", "int64"])
+def test_partition_by_one_lane_and_by_lane_groups(dtype, group_tiles, rng, monkeypatch):
+    # Merge passes search each tile's partition with one lane where tiles are
+    # many and with PARTITION_LANES lanes where they are few; force each on
+    # sorts (two-way passes, from 0 and bucket by bucket) and merges of
+    # adversarial keys, against the reference.
+    monkeypatch.setattr(kernels, "PARTITION_GROUP_TILES", group_tiles)
+    t = tile(dtype)
+    for n, bucketed in ((9 * t + 5, False), (300_007, True)):
+        monkeypatch.setattr(kernels, "BUCKET_MIN_BYTES", 0 if bucketed else 2**40)
+        monkeypatch.setattr(kernels, "BUCKET_LEVELS_SAVED", 0)
+        for pattern in ("random", "few", "special", "reversed"):
+            for descending in (False, True):
+                check_sort_and_argsort(make_keys(dtype, n, pattern, rng), descending)
+    a, b = np.sort(make_keys(dtype, 5 * t + 3, "few", rng)), np.sort(make_keys(dtype, 3 * t, "few", rng))
+    both = np.concatenate([a, b])
+    assert_same(gpu.merge(cupy.asarray(a), cupy.asarray(b)), both[ref_argsort(both)])
+
+
+@pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
+@pytest.mark.parametrize("dtype", ["int8", "int32", "uint64", "float16", "float32", "float64"])
+def test_sample_splitters_are_every_step_th_of_the_sorted_sample(dtype, descending, rng):
+    # kernels/kernel_splitters.cuh places each key of the blocksorted tiles in
+    # their stable merge: the splitters must be exactly the keys at every
+    # BUCKET_SAMPLE-th place of the sample's stable sort, whatever ties the
+    # tiles share (equal keys, both zeros, NaNs of several bits).  A float
+    # sort's count compares exact keys (order.encode's "exact", on the host):
+    # its splitters are every BUCKET_SAMPLE-th of their ascending sort.
+    n, step = kernels.BUCKETS * kernels.BUCKET_SAMPLE, kernels.BUCKET_SAMPLE
+    modules = [kernels.kernels(np.dtype(dtype), 0, descending)]
+    if kernels.packs(dtype):
+        modules.append(kernels.packing(np.dtype(dtype), descending))
+    for pattern in PATTERNS:
+        x = make_keys(dtype, n, pattern, rng)
+        for k in modules:
+            assert_same(kernels._splitters(k, cupy.asarray(x), descending), x[ref_argsort(x, descending)][::step])
+        if np.dtype(dtype) in kernels.EXACT_FLOATS:
+            k = kernels.encoding(np.dtype(dtype), descending)
+            assert_same(kernels._splitters(k, cupy.asarray(x), descending),
+                        np.sort(order.encode(x, descending, "exact"))[::step])
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64", "uint16"])
