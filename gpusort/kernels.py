@@ -269,8 +269,6 @@ def bucket_expressions(key: np.dtype, out: np.dtype, descending: bool, load: str
     return {"sample_splitters": f"gpusort::kernel_sample_splitters<{SPLITTERS_NT}, {SAMPLE_FENCE}, {compared}>",
             "bucket_count": f"gpusort::kernel_bucket_count<{BUCKETS}, {count_vt}, {compared}{loaded}>",
             "bucket_bases": f"gpusort::kernel_bucket_bases<{BUCKETS}>",
-            "bucket_tables": f"gpusort::kernel_bucket_tables<{BUCKETS}>",
-            "tile_buckets": f"gpusort::kernel_tile_buckets<{PARTITION_NT}>",
             "bucket_scatter": f"gpusort::kernel_bucket_scatter<{BUCKETS}, {scatter_vt}, {w}, {scattered}>"}
 
 
@@ -376,8 +374,6 @@ class Kernels(_Launch):
     bucket_count: Any = None
     bucket_bases: Any = None
     bucket_scatter: Any = None
-    bucket_tables: Any = None
-    tile_buckets: Any = None
     blocksort_positions: Any = None  # the WORD module: last passes of a packed argsort
     merge_positions: Any = None
     merge_four_positions: Any = None
@@ -393,8 +389,6 @@ class Packing(_Launch):
     bucket_count: Any
     bucket_bases: Any
     bucket_scatter: Any
-    bucket_tables: Any
-    tile_buckets: Any
 
     #: The scatter packs the words, which the blocksort after it sorts.
     scatters_words = True
@@ -414,8 +408,6 @@ class Encoding(_Launch):
     bucket_count: Any
     bucket_bases: Any
     bucket_scatter: Any
-    bucket_tables: Any
-    tile_buckets: Any
 
     #: The scatter moves the floats' bits as they are, and the blocksort after it
     #: loads them as exact keys: loading them there cost the scatter a third of
@@ -744,9 +736,10 @@ class Buckets:
     splitters: Any  # BUCKETS - 1 sampled keys as the count compares them, in order (_splitters)
 
 
-#: int32 fields of the summary a bucket pass reads back (kernels/kernel_buckets.cuh,
-#: bucket_summary): tiles, merge levels, whether the scatter ran.
-_SUMMARY_FIELDS = 3
+#: int32 fields of a bucket pass's summary (kernels/kernel_buckets.cuh,
+#: bucket_summary): tiles, merge levels, whether the scatter ran, and the
+#: bases' ticket, which the host reads back with the rest and ignores.
+_SUMMARY_FIELDS = 4
 
 
 def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dtype: np.dtype) -> Buckets | None:
@@ -786,21 +779,20 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     ctas = -(-n // span)
     counts = cupy.empty((BUCKETS, ctas), np.int32)
     buckets = cupy.empty(n, np.uint8)
-    k.bucket_count((ctas,), (BUCKETS,), (keys, np.int64(n), splitters, np.int64(span), counts, buckets))
-    bases, totals = cupy.empty((BUCKETS, ctas), np.int64), cupy.empty(BUCKETS, np.int64)
-    k.bucket_bases((BUCKETS,), (BUCKETS,), (counts, np.int64(ctas), bases, totals))
-    offsets, first_tile = cupy.empty(BUCKETS + 1, np.int64), cupy.empty(BUCKETS + 1, np.int32)
     summary = cupy.empty(_SUMMARY_FIELDS, np.int32)
-    k.bucket_tables((1,), (BUCKETS,), (totals, np.int64(k.nv), np.int32(merge_passes(n, k.nv) - BUCKET_LEVELS_SAVED),
-                                       offsets, first_tile, summary))
+    k.bucket_count((ctas,), (BUCKETS,), (keys, np.int64(n), splitters, np.int64(span), counts, buckets, summary))
+    bases, totals = cupy.empty((BUCKETS, ctas), np.int64), cupy.empty(BUCKETS, np.int64)
+    offsets, first_tile = cupy.empty(BUCKETS + 1, np.int64), cupy.empty(BUCKETS + 1, np.int32)
+    max_levels = np.int32(merge_passes(n, k.nv) - BUCKET_LEVELS_SAVED)
+    k.bucket_bases((BUCKETS,), (BUCKETS,), (counts, np.int64(ctas), bases, totals, np.int64(k.nv), max_levels,
+                                            offsets, first_tile, summary))
     tabled = cupy.cuda.Event(disable_timing=True)
     tabled.record()
-    most = -(-n // k.nv) + BUCKETS  # tiles: at most one partial tile a bucket
-    tile_bucket = cupy.empty(most, np.int32)
-    k.tile_buckets((-(-most // PARTITION_NT),), (PARTITION_NT,), (first_tile, tile_bucket))
+    tile_bucket = cupy.empty(-(-n // k.nv) + BUCKETS, np.int32)  # tiles: at most one partial tile a bucket
     out = cupy.empty(n, out_dtype)
-    k.bucket_scatter((ctas,), (BUCKETS,), (keys, buckets, np.int64(n), np.int64(span), bases, offsets, summary, out))
-    count, levels, scatter = _read_summary(summary, tabled)
+    k.bucket_scatter((ctas,), (BUCKETS,), (keys, buckets, np.int64(n), np.int64(span), bases, offsets, summary,
+                                           first_tile, tile_bucket, out))
+    count, levels, scatter, _ = _read_summary(summary, tabled)
     if not scatter:
         return None
     return Buckets(Tiles(count, levels, offsets, tile_bucket, first_tile), out, splitters[1:])

@@ -1,5 +1,5 @@
-// One CTA of a bucket pass: find each key's bucket, and stage a tile in
-// shared memory grouped by bucket, stably.
+// One CTA of a bucket pass: find each key's bucket, stage a tile in shared
+// memory grouped by bucket, stably, and make the tables of the buckets.
 //
 // Warp w owns tile positions [32 VT w, 32 VT (w + 1)) and reads them in VT
 // rounds of 32 consecutive keys (lane l of round r holds position
@@ -141,6 +141,57 @@ __device__ __forceinline__ int block_stage(const Out (&x)[VT], int (&bucket)[VT]
   }
   __syncthreads();
   return total;
+}
+
+// What the host reads back of a bucket pass (gpusort/kernels.py,
+// bucket_pass), and the ticket that finds kernel_bucket_bases' last CTA.
+struct bucket_summary {
+  int tiles;              // tiles of NV keys in all buckets
+  int levels;             // merge levels of the largest bucket
+  int scatter;            // whether the scatter runs: it takes enough levels off the sort
+  unsigned bases_done;    // CTAs of kernel_bucket_bases done; kernel_bucket_count zeroes it
+};
+
+// One CTA of BUCKETS threads, from a bucket pass's totals (written by other
+// CTAs: read from L2):
+// offsets[b] <- the keys before bucket b, first_tile[b] <- the tiles of nv
+// keys before it (both BUCKETS + 1 long: the last entry is the whole), and
+// the summary, whose `scatter` says whether the largest bucket takes at
+// most max_levels merge levels.
+template <int NT>
+__device__ __forceinline__ void block_bucket_tables(const i64* totals, i64 nv, int max_levels,
+                                                    i64* offsets, int* first_tile,
+                                                    bucket_summary* summary, int tid) {
+  static_assert(NT == BUCKETS, "one thread a bucket");
+  __shared__ i64 keys_before[NT];
+  __shared__ int tiles_before[NT];
+  __shared__ int widest;
+  const i64 total = __ldcg(totals + tid);
+  const int tiles = int((total + nv - 1) / nv);
+  keys_before[tid] = total;
+  tiles_before[tid] = tiles;
+  if (tid == 0) widest = 0;
+  __syncthreads();
+  atomicMax(&widest, tiles);
+  for (int d = 1; d < NT; d *= 2) {  // inclusive scans, 256 entries: no need for more
+    const i64 keys = tid >= d ? keys_before[tid - d] : 0;
+    const int before = tid >= d ? tiles_before[tid - d] : 0;
+    __syncthreads();
+    keys_before[tid] += keys;
+    tiles_before[tid] += before;
+    __syncthreads();
+  }
+  offsets[tid + 1] = keys_before[tid];
+  first_tile[tid + 1] = tiles_before[tid];
+  if (tid == 0) {
+    offsets[0] = 0;
+    first_tile[0] = 0;
+    const int runs = widest > 1 ? widest : 1;
+    const int levels = 32 - __clz(runs - 1);  // ceil(log2(runs)): gpusort.kernels.merge_passes
+    summary->tiles = tiles_before[NT - 1];
+    summary->levels = levels;
+    summary->scatter = levels <= max_levels;
+  }
 }
 
 }  // namespace gpusort

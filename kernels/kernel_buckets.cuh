@@ -13,13 +13,15 @@
 // its keys in input order: the sort stays stable.  The bytes save the
 // scatter a second search (NOTES, version 11).
 //
-// The host learns only kernel_bucket_tables' summary, and learns it while
-// the GPU scatters: every table a later kernel needs is made here, and the
-// scatter reads the decision to scatter itself (NOTES, version 12).
+// The host learns only the summary of the tables (which kernel_bucket_bases'
+// last CTA makes), and learns it while the GPU scatters: every table a later
+// kernel needs is made here, and the scatter reads the decision to scatter
+// itself (NOTES, versions 12 and 13).
 #pragma once
 
 #include "block_buckets.cuh"
 #include "order.cuh"
+#include "segments.cuh"
 
 namespace gpusort {
 
@@ -33,13 +35,14 @@ template <int NT, int VT, class Key, class Order, class Load = as_is>
 __global__ void __launch_bounds__(NT)
     kernel_bucket_count(const typename Load::template input<Key>* keys, i64 count,
                         const Key* splitters, i64 span, int* counts,
-                        unsigned char* buckets) {
+                        unsigned char* buckets, bucket_summary* summary) {
   static_assert(NT == BUCKETS, "one thread a bucket");
   constexpr int WARPS = NT / 32;
   __shared__ Key tree[BUCKETS];
   __shared__ int histograms[WARPS][BUCKETS];  // one a warp: fewer lanes contend for a counter
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   if (tid < BUCKETS - 1) place_splitter(splitters, tid, tree);
+  if (blockIdx.x == 0 && tid == 0) summary->bases_done = 0u;
 #pragma unroll
   for (int w = 0; w < WARPS; ++w) histograms[w][tid] = 0;
   __syncthreads();
@@ -67,10 +70,14 @@ __global__ void __launch_bounds__(NT)
 
 // CTA b: bases[b * spans + c] <- how many keys of bucket b the spans before
 // c have (an exclusive scan of row b of kernel_bucket_count's counts), and
-// totals[b] <- the bucket's keys.
+// totals[b] <- the bucket's keys.  The last CTA to finish then makes the
+// tables and the summary (block_bucket_tables): a launch fewer, which a sort
+// bound by launching feels (NOTES, version 13).
 template <int NT>
 __global__ void __launch_bounds__(NT)
-    kernel_bucket_bases(const int* counts, i64 spans, i64* bases, i64* totals) {
+    kernel_bucket_bases(const int* counts, i64 spans, i64* bases, i64* totals, i64 nv,
+                        int max_levels, i64* offsets, int* first_tile, bucket_summary* summary) {
+  __shared__ bool last;
   __shared__ i64 warp_sums[NT / 32];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const i64 row = i64(blockIdx.x) * spans;
@@ -92,83 +99,32 @@ __global__ void __launch_bounds__(NT)
     if (c < spans) bases[row + c] = before + scan - x;
     __syncthreads();
   }
-  if (tid == 0) totals[blockIdx.x] = carry;
-}
-
-// What the host reads back of a bucket pass (gpusort/kernels.py, bucket_pass).
-struct bucket_summary {
-  int tiles;    // tiles of NV keys in all buckets
-  int levels;   // merge levels of the largest bucket
-  int scatter;  // whether the scatter runs: it takes enough levels off the sort
-};
-
-// One CTA of BUCKETS threads, from kernel_bucket_bases' totals:
-// offsets[b] <- the keys before bucket b, first_tile[b] <- the tiles of nv
-// keys before it (both BUCKETS + 1 long: the last entry is the whole), and
-// the summary, whose `scatter` says whether the largest bucket takes at
-// most max_levels merge levels.
-template <int NT>
-__global__ void __launch_bounds__(NT)
-    kernel_bucket_tables(const i64* totals, i64 nv, int max_levels, i64* offsets,
-                         int* first_tile, bucket_summary* summary) {
-  static_assert(NT == BUCKETS, "one thread a bucket");
-  __shared__ i64 keys_before[NT];
-  __shared__ int tiles_before[NT];
-  __shared__ int widest;
-  const int tid = threadIdx.x;
-  const i64 total = totals[tid];
-  const int tiles = int((total + nv - 1) / nv);
-  keys_before[tid] = total;
-  tiles_before[tid] = tiles;
-  if (tid == 0) widest = 0;
-  __syncthreads();
-  atomicMax(&widest, tiles);
-  for (int d = 1; d < NT; d *= 2) {  // inclusive scans, 256 entries: no need for more
-    const i64 keys = tid >= d ? keys_before[tid - d] : 0;
-    const int before = tid >= d ? tiles_before[tid - d] : 0;
-    __syncthreads();
-    keys_before[tid] += keys;
-    tiles_before[tid] += before;
-    __syncthreads();
-  }
-  offsets[tid + 1] = keys_before[tid];
-  first_tile[tid + 1] = tiles_before[tid];
   if (tid == 0) {
-    offsets[0] = 0;
-    first_tile[0] = 0;
-    const int runs = widest > 1 ? widest : 1;
-    const int levels = 32 - __clz(runs - 1);  // ceil(log2(runs)): gpusort.kernels.merge_passes
-    *summary = {tiles_before[NT - 1], levels, levels <= max_levels};
+    totals[blockIdx.x] = carry;
+    __threadfence();  // the total, then the ticket
+    last = atomicAdd(&summary->bases_done, 1u) == gridDim.x - 1;
   }
-}
-
-// tile_bucket[t] <- the bucket whose tiles first_tile[b] .. first_tile[b + 1] - 1
-// hold tile t (segments.cuh), for every tile t; NT threads a CTA, launched
-// for at most BUCKETS tiles more than the buckets have (one partial tile
-// a bucket), before the host knows how many.
-template <int NT>
-__global__ void __launch_bounds__(NT) kernel_tile_buckets(const int* first_tile, int* tile_bucket) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= first_tile[BUCKETS]) return;
-  int b = 0;  // the last bucket whose first tile is at most t (empty buckets come before it)
-#pragma unroll
-  for (int step = BUCKETS / 2; step >= 1; step /= 2) {
-    if (first_tile[b + step] <= t) b += step;
+  __syncthreads();
+  if (last) {
+    __threadfence();
+    block_bucket_tables<NT>(totals, nv, max_levels, offsets, first_tile, summary, tid);
   }
-  tile_bucket[t] = b;
 }
 
 // out[offsets[b] + bases[b * gridDim.x + c] ...] <- span c's keys of bucket
 // b, in input order, read through the Load policy (packed_positions.cuh: a
 // packed argsort packs its words here), their buckets from
-// kernel_bucket_count; nothing where the summary says not to scatter.  Two CTAs an SM: left alone the compiler took up to
+// kernel_bucket_count; and tile_bucket[t] <- the bucket of tile t of the
+// sort after it (segments.cuh), the tiles spread over the CTAs; nothing where
+// the summary says not to scatter.  Two CTAs an SM: left alone the compiler took up to
 // 147 registers a thread, one CTA of 256; bounded, 117 to 128 and no spills
 // (ptxas, NOTES, version 11).
 template <int NT, int VT, class Out, class Load = as_is>
 __global__ void __launch_bounds__(NT, 2)
     kernel_bucket_scatter(const typename Load::template input<Out>* keys,
                           const unsigned char* buckets, i64 count, i64 span, const i64* bases,
-                          const i64* offsets, const bucket_summary* summary, Out* out) {
+                          const i64* offsets, const bucket_summary* summary,
+                          const int* first_tile, int* tile_bucket, Out* out) {
   constexpr int NV = NT * VT;
   __shared__ i64 shift[BUCKETS];  // the tile's key j of bucket b goes to shift[b] + j
   __shared__ bucket_stage<NT, VT, Out> stage;
@@ -177,6 +133,9 @@ __global__ void __launch_bounds__(NT, 2)
                 "(gpusort/kernels.py, BUCKET_VT)");
   if (!summary->scatter) return;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int tiles = first_tile[BUCKETS];
+  for (int t = blockIdx.x * NT + tid; t < tiles; t += gridDim.x * NT)
+    tile_bucket[t] = bucket_of_tile<BUCKETS>(first_tile, t);
   // Where bucket tid's next key goes.
   i64 cursor = offsets[tid] + bases[i64(tid) * gridDim.x + blockIdx.x];
 #pragma unroll
