@@ -109,7 +109,8 @@ FOUR_WAY_KEY_SIZES = frozenset({8})
 #: and 2**26 (14.4 against 13.0); argsort int32 of 2**25 was 11.1 against 10.8.
 FOUR_WAY_MIN_KEYS = 2**25
 
-#: Threads per CTA of the partition kernel (one merge path search per thread).
+#: Threads per CTA of the partition kernel (one merge path search per thread,
+#: or per group of PARTITION_LANES threads).
 PARTITION_NT = 128
 #: Passes of at most this many tiles search each tile's partition with
 #: PARTITION_LANES lanes, not one (kernels/group_search.cuh): a few thousand
@@ -141,7 +142,9 @@ BUCKET_LEVELS_SAVED = 4
 BUCKET_SAMPLE = 256
 #: Threads per CTA of the sample's splitters (kernels/kernel_splitters.cuh), one a key,
 #: and every how many keys of the sample its searches keep in shared memory (a
-#: warp's width: it divides every tile).
+#: warp's width: it divides every tile).  The fences of 8-byte keys must fit
+#: the 48 KB of dynamic shared memory a launch gets without asking: a sample
+#: of at most 48 KB / 8 * SAMPLE_FENCE keys (tests/test_kernels_compile.py).
 SPLITTERS_NT, SAMPLE_FENCE = 512, 32
 #: Threads per CTA, loads in flight per thread, and CTAs of the count of a float
 #: sort's tie groups (kernels/kernel_ties.cuh): one pass over the input.

@@ -22,6 +22,7 @@
 //   segments.cuh               where each tile lies: from 0, or in a bucket
 //   bucket_search.cuh          the bucket of a key (splitters)
 //   group_search.cuh           a partition point searched by a group of lanes
+//   warp_sum.cuh               a warp's sum, on every architecture
 //   merge_path.cuh             merge path search, a key's rank in a merge
 //   multiway_path.cuh          the same over K runs
 //   thread_*.cuh               one thread, registers: sort VT keys, merge VT

@@ -13,13 +13,15 @@
 // after another.
 #pragma once
 
+#include "bucket_search.cuh"
 #include "merge_path.cuh"
 #include "order.cuh"
 
 namespace gpusort {
 
 // splitters[p / step] <- the key at place p of the stable sort of the sample,
-// for every p a multiple of step; the sample is `count` keys in tiles of nv,
+// for every p a multiple of step below BUCKETS * step (a bucket pass's
+// sample is exactly that long); the sample is `count` keys in tiles of nv,
 // a multiple of FENCE, each sorted (the last may be partial).  Dynamic
 // shared memory: ceil(count / FENCE) keys.
 template <int NT, int FENCE, class Key, class Order>
@@ -41,7 +43,7 @@ __global__ void __launch_bounds__(NT)
                                   Order());
     }
   }
-  if (place % step == 0) splitters[place / step] = key;
+  if (place % step == 0 && place / step < BUCKETS) splitters[place / step] = key;
 }
 
 }  // namespace gpusort

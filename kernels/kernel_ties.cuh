@@ -5,6 +5,7 @@
 
 #include "exact_keys.cuh"
 #include "group_search.cuh"
+#include "warp_sum.cuh"
 
 namespace gpusort {
 
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(NT)
   }
 #pragma unroll
   for (int g = 0; g < 2; ++g) {
-    const int sum = __reduce_add_sync(~0u, mine[g]);
+    const int sum = int(warp_sum(mine[g]));
     if (threadIdx.x % 32 == 0) warp_sums[g][threadIdx.x / 32] = sum;
   }
   __syncthreads();
@@ -101,9 +102,9 @@ __global__ void __launch_bounds__(NT)
   for (int group = 0; group < 2; ++group) {
     const int* spans = counts + group * gridDim.x;
     if (!ties[3 + group] || spans[blockIdx.x] == 0) continue;
-    int before = 0;  // the group's members in the spans before this one
+    i64 before = 0;  // the group's members in the spans before this one
     for (int c = tid; c < int(blockIdx.x); c += NT) before += spans[c];
-    before = __reduce_add_sync(~0u, before);
+    before = warp_sum(before);
     if (tid == 0) base = ties[group ? 2 : 0];
     __syncthreads();
     if (lane == 0) atomicAdd(reinterpret_cast<unsigned long long*>(&base), (unsigned long long)before);

@@ -32,15 +32,15 @@ def _key_of(expression: str) -> str:
     return typed.group(1) if typed else "keyless"
 
 
-def _compile(unit: str, expressions: list[str], tmp_path) -> str:
-    """nvcc -cubin one translation unit that takes the address of every kernel in it."""
+def _compile(unit: str, expressions: list[str], tmp_path, arch: int = ARCH) -> str:
+    """nvcc -cubin one translation unit for sm_``arch`` that takes the address of every kernel in it."""
     cu = tmp_path / f"{unit}.cu"
     lines = [f'#include "{kernels.kernels_dir() / "gpusort.cu"}"', "void* const kernels[] = {"]
     lines += [f"    (void*)&{e}," for e in expressions]
     lines += ["};"]
     cu.write_text("\n".join(lines) + "\n")
     cmd = [
-        "nvcc", f"-arch=sm_{ARCH}", "-std=c++17", "-cubin", "-Xptxas", "-v",
+        "nvcc", f"-arch=sm_{arch}", "-std=c++17", "-cubin", "-Xptxas", "-v",
         "-diag-suppress", "177",  # the array above is never read, on purpose
         f"-I{kernels.kernels_dir()}", "-o", str(cu.with_suffix(".cubin")), str(cu),
     ]  # fmt: skip
@@ -74,6 +74,27 @@ def test_every_instantiation_compiles_for_sm_90(tmp_path):
     text = "\n".join(f"{name}: {usage}" for name, usage in report)
     (tmp_path / f"ptxas-sm_{ARCH}.txt").write_text(text + "\n")
     print(f"\nptxas -v, sm_{ARCH}, kernels {kernels.version()}\n{text}")
+
+
+def test_the_oldest_architecture_compiles_the_fallback_tiles(tmp_path):
+    # Devices below sm_90 take _FALLBACK's tiles; sm_75 (Turing) is the oldest
+    # CUDA 13 builds for and lacks sm_80's warp reductions.  The float sorts'
+    # kernels (exact keys, tie groups) and one integer module of each order.
+    names = [e for e in kernels.instantiations(75)
+             if any(f"<{t}" in e or f", {t}" in e for t in ("gpusort::f16", "float", "int,", "unsigned int"))]
+    units = {"float16": [e for e in names if "f16" in e], "float32": [e for e in names if "float" in e],
+             "int32": [e for e in names if "int" in e and "float" not in e and "f16" not in e]}
+    assert all(units.values())
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        list(pool.map(lambda u: _compile(u, units[u], tmp_path, arch=75), units))
+
+
+def test_the_sample_fences_fit_a_launch_without_asking():
+    # kernel_sample_splitters keeps every SAMPLE_FENCE-th key of the sample in
+    # dynamic shared memory: 48 KB without raising the limit, for 8-byte keys.
+    fences = kernels.BUCKETS * kernels.BUCKET_SAMPLE // kernels.SAMPLE_FENCE
+    assert fences * 8 <= 48 * 1024
+    assert all((nt * vt) % kernels.SAMPLE_FENCE == 0 for nt, vt in [*kernels.TUNING.values(), kernels._FALLBACK])
 
 
 def test_instantiations_cover_every_key_value_and_order():
