@@ -764,8 +764,8 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     The kernels decide that themselves (kernels/kernel_buckets.cuh): the
     host launches every step, the scatter included, and then reads back the
     summary (tiles, levels, scatter or not: :func:`_read_summary`) while the
-    scatter runs, so the GPU never waits on that read.  ``None`` also below :data:`BUCKET_MIN_BYTES`
-    of ``out_dtype`` (or four samples).
+    scatter runs, so the GPU never waits on that read.  ``None`` also below
+    :data:`BUCKET_MIN_BYTES` of ``out_dtype`` (or four samples).
     """
     import cupy
 

@@ -77,19 +77,14 @@ __device__ __forceinline__ i64 group_merge_path(const Key* a, i64 a_count, const
 
 // How many elements of sorted[0, count) come before `key` where sorted is
 // merged stably with a run holding key: those that precede it, and with
-// ties_first (sorted is the earlier run) those equal to it too.
-template <class Index, class Key, class Order>
-__device__ __forceinline__ Index merged_rank(const Key* sorted, Index count, Key key,
-                                             bool ties_first, Order precedes) {
-  Index lo = 0, hi = count;
-  while (lo < hi) {
-    const Index mid = (lo + hi) >> 1;
-    if (ties_first ? !precedes(key, sorted[mid]) : precedes(sorted[mid], key))
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+// ties_first (sorted is the earlier run) those equal to it too.  One lane's
+// partition point (group_search.cuh): the first element that comes after.
+template <class Key, class Order>
+__device__ __forceinline__ int merged_rank(const Key* sorted, int count, Key key, bool ties_first,
+                                           Order precedes) {
+  return int(group_partition_point<1>(
+      0, count,
+      [&](i64 i) { return ties_first ? precedes(key, sorted[i]) : !precedes(sorted[i], key); }, 0));
 }
 
 // merged_rank over sorted[0, count) whose every FENCE-th element is also in
