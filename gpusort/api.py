@@ -421,11 +421,8 @@ def _sort(keys, values, descending, chunks, backend, gpu_memory_budget, *, posit
     budget = parse_budget(gpu_memory_budget)
     backend = backend_spec(resolve_backend(backend, keys._meta), budget)
     chunk = output_chunk(chunks, keys.shape[0], keys.numblocks[0])
-    runs = graph.form_runs(keys, values, descending=bool(descending), backend=backend, positions=positions,
-                           keys_returned=keys_returned)
-    return graph.merge_sorted_runs(
-        runs, key_dtype=keys.dtype, descending=bool(descending), chunk=chunk, backend=backend
-    )
+    return graph.sort(keys, values, descending=bool(descending), backend=backend, chunk=chunk,
+                      positions=positions, keys_returned=keys_returned)
 
 
 def _sort_any(keys: list, axis, descending, chunks, backend, gpu_memory_budget, *, positions: bool) -> da.Array:

@@ -29,10 +29,11 @@ exactly.  Samples cost ``N/g`` keys and windows ``(2P+1)g`` per boundary, so
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from gpusort.backends import namespace, to_numpy
 from gpusort.composite import argsort_rows
 
 
@@ -144,28 +145,102 @@ def refine_splits(
     ``j``.  The first ``ranks[j] - lo[j].sum()`` window elements of boundary
     ``j`` in the strict order are exactly the ones left of its splits.
 
+    Each boundary is a selection among ``P`` sorted windows, not a sort of
+    them: the key ``v`` at that position (``np.partition``), then per run
+    the elements below ``v`` and, of those equal to it, the first ones in
+    run order (``searchsorted``).  Composite keys past 64 bits (rows of
+    words) are sorted instead.
+
     Returns
     -------
     ndarray of int64, shape ``(len(ranks), P)``
+
+    Examples
+    --------
+    >>> runs = [np.array([1, 2, 2, 5]), np.array([2, 3])]
+    >>> lo, hi = np.array([[0, 0]]), np.array([[4, 2]])
+    >>> refine_splits(np.array([3]), lo, hi, runs).tolist()  # 1, 2, 2 of run 0: ties go to run 0 first
+    [[3, 0]]
     """
     nbounds, nruns = lo.shape
     width = hi - lo
     if width.sum() == 0:
         return lo.copy()
+    if any(w.ndim == 2 for w in windows):
+        return _refine_rows(ranks, lo, hi, windows)
+    starts = np.concatenate((np.zeros((1, nruns), np.int64), np.cumsum(width, axis=0)))
+    take = np.asarray(ranks, dtype=np.int64) - lo.sum(axis=1)
+    splits = lo.copy()
+    for j in range(nbounds):
+        pieces = [windows[k][starts[j, k]:starts[j + 1, k]] for k in range(nruns)]
+        total = int(width[j].sum())
+        if take[j] <= 0:
+            continue
+        if take[j] >= total:
+            splits[j] = hi[j]
+            continue
+        v = np.partition(np.concatenate(pieces), take[j])[take[j]]
+        below = np.array([np.searchsorted(p, v, "left") for p in pieces], dtype=np.int64)
+        equal = np.array([np.searchsorted(p, v, "right") for p in pieces], dtype=np.int64) - below
+        # Ties go to the runs in run order: the strict order (key, run, position).
+        left = take[j] - below.sum()
+        before = np.concatenate(([0], np.cumsum(equal)[:-1]))
+        splits[j] += below + np.clip(left - before, 0, equal)
+    return splits
+
+
+def _refine_rows(ranks: np.ndarray, lo: np.ndarray, hi: np.ndarray, windows: Sequence[np.ndarray]) -> np.ndarray:
+    """:func:`refine_splits` of composite keys past 64 bits: one stable sort of the windows' rows."""
+    nbounds, nruns = lo.shape
+    width = hi - lo
     keys = np.concatenate(windows)
     # Window elements in run-major, boundary, position order: a stable sort by
     # (boundary, key) leaves ties in (run, position) order within a boundary.
     bound = np.concatenate([np.repeat(np.arange(nbounds), width[:, k]) for k in range(nruns)])
     run = np.repeat(np.arange(nruns), width.sum(axis=0))
-    # Composite keys past 64 bits are rows of words, the first the most significant.
-    columns = keys.T[::-1] if keys.ndim == 2 else (keys,)
-    order = np.lexsort((*columns, bound))
+    order = np.lexsort((*keys.T[::-1], bound))  # the first word is the most significant
     bound, run = bound[order], run[order]
     start = np.concatenate(([0], np.cumsum(width.sum(axis=1))[:-1]))
     take = np.asarray(ranks, dtype=np.int64) - lo.sum(axis=1)
     left = np.arange(len(bound)) - start[bound] < take[bound]
     counts = np.bincount(bound[left] * nruns + run[left], minlength=nbounds * nruns)
     return lo + counts.reshape(nbounds, nruns)
+
+
+def exact_splits(runs: Sequence[Any], ranks: np.ndarray, g: int | None = None) -> np.ndarray:
+    """Split vectors of ``ranks`` (inner boundaries) over sorted runs held in this process, in one step.
+
+    ``runs`` are the runs' order keys, NumPy or CuPy arrays: samples and
+    windows are cut where the runs live and only they come to host memory.
+    The split vectors of the ends (all zeros, the lengths) are added, as
+    :func:`split_vectors` does.
+
+    Examples
+    --------
+    >>> runs = [np.array([1, 3, 5, 7]), np.array([2, 4, 6, 8])]
+    >>> exact_splits(runs, np.array([3, 5]), g=2).tolist()
+    [[0, 0], [2, 1], [3, 2], [4, 4]]
+    """
+    lengths = [len(r) for r in runs]
+    ranks = np.asarray(ranks, dtype=np.int64)
+    if not len(ranks):
+        return split_vectors(lengths, ranks)
+    g = g or sample_stride(sum(lengths), len(runs), len(ranks))
+    plan = plan_windows([samples(r, g) for r in runs], lengths, ranks, g)
+    windows = [window_keys(r, plan, k) for k, r in enumerate(runs)]
+    return split_vectors(lengths, ranks, plan, windows)
+
+
+def samples(run: Any, g: int) -> np.ndarray:
+    """Every ``g``-th key of a run (NumPy or CuPy), in host memory."""
+    return np.ascontiguousarray(to_numpy(run[::g]))
+
+
+def window_keys(run: Any, plan: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
+    """Run ``k``'s window keys ``run[lo[j, k]:hi[j, k]]`` of every boundary ``j``, in host memory."""
+    lo, hi = plan
+    parts = [run[a:b] for a, b in zip(lo[:, k].tolist(), hi[:, k].tolist())]
+    return np.ascontiguousarray(to_numpy(namespace(run).concatenate(parts) if parts else run[:0]))
 
 
 def split_vectors(

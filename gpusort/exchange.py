@@ -1,32 +1,43 @@
-"""The exchange between workers: every run's slices to the workers that merge them.
+"""The sort across workers: each sorts what it holds, exact splitters over the workers' runs, one swap, one merge.
 
-Once the split vectors are known, output chunk ``j`` needs slice
-``run_k[s_k(r_j):s_k(r_{j+1})]`` of every run ``k``.  On a cluster of several
-workers this is an all-to-all, and it goes through distributed's P2P shuffle
-machinery -- the one ``dask.dataframe`` shuffles and ``dask.array`` rechunks
-use -- with a spec and a run of our own:
+On a cluster of several workers the critical path of a sort is: every worker
+sorts the chunks it holds, the workers agree on exact split vectors over
+their runs, each sends every other exactly the slices it merges, and each
+merges what it received.  Anything more -- a chunk moved before its run, a
+scheduler round trip per phase -- is overhead.  So that is all this does, on
+distributed's P2P shuffle machinery (the one ``dask.dataframe`` shuffles and
+``dask.array`` rechunks use), with a spec and a run of our own:
 
-* one ``transfer-`` task per run hands the run and its split vector to the
-  worker's P2P plugin (:class:`SortExchangeRun`), which cuts the run into one
-  contiguous *slab* per destination worker (the output chunks a worker owns
-  are a contiguous range of ranks, so they are a contiguous range of every
-  run) and sends the slabs in batches, worker to worker, over the cluster's
-  comms: UCX carries CuPy slabs GPU to GPU, TCP carries host slabs as frames,
-  never pickled whole;
-* P2P's barrier task waits until every slab has arrived;
-* one ``merge-`` task per merge block (consecutive output chunks, see
-  :func:`gpusort.graph.task_groups`), placed by the scheduler plugin on the
-  worker that owns the block, merges its pieces of the slabs it received (in
-  run order, so ties keep the strict ``(key, run, position)`` order) and
-  decodes the order keys.
+* one ``transfer-`` task per input chunk (tiny chunks batched) runs where the
+  chunk is and hands it to the worker's P2P run (:class:`SortRun`); nothing
+  moves, unless that worker merges no output, and then it goes to one that
+  does before the task ends;
+* P2P's barrier task tells every worker that all inputs are in, and each
+  worker that owns output (an *owner*) runs :meth:`SortRun.inputs_done`:
 
-The graph has one task per run, the barrier and one per merge block for the
-exchange and the merges, the data moves in at most ``P·(W-1)`` shards
-batched into messages per pair of workers,
-and P2P restarts the exchange if a worker dies during it (the runs are
-recomputed from their lineage), so the result stays exact.  Slabs are kept
-in memory (GPU memory for CuPy runs) until their merges ran: the exchange
-holds at most the data its runs held.
+  1. its chunks become sorted runs, on its backend: one run of all of them
+     where ties cannot be told apart (:func:`one_run_per_worker`), else one
+     run per range of consecutive chunks, so that run order is input order;
+  2. every owner sends every other the samples of its runs (every ``g``-th
+     key), each works out the same windows (:func:`gpusort.corank.plan_windows`),
+     every owner sends every other its window keys, and each works out the
+     same exact split vectors (:func:`gpusort.corank.split_vectors`) at the
+     edges of every owner's output ranks;
+  3. every owner sends every other, in one message, the slices of its runs
+     that the other merges -- CuPy slices GPU to GPU over UCX, host slices as
+     frames, never pickled whole;
+  4. each owner merges its slices, in run order (ties keep the strict order
+     ``(key, run, position)``), into one block of its output ranks;
+
+* one task per output block (consecutive output chunks), placed by P2P on
+  the block's owner, returns a view of the owner's merged ranks; the output
+  chunks are views of the blocks.
+
+The graph has ``O(P + J)`` tasks whatever the number of workers ``W``; the
+workers exchange ``3·W·(W-1)`` messages, two rounds of samples and window
+keys (a few KiB to MiB) and one of slices (the data).  If a worker dies,
+P2P restarts the whole exchange with new inputs recomputed from their
+lineage, so the result stays exact.
 
 This module uses ``distributed.shuffle``'s extension points (``ShuffleSpec``,
 ``ShuffleRun``, the barrier), which are not public API: gpusort pins
@@ -35,17 +46,18 @@ This module uses ``distributed.shuffle``'s extension points (``ShuffleSpec``,
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pickle
 import threading
-from collections import defaultdict
+import time
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from dask._task_spec import Task, TaskRef
 from distributed import get_worker
-from distributed.utils_comm import retry
 from distributed.shuffle._core import (
     P2PBarrierTask,
     ShuffleId,
@@ -57,50 +69,98 @@ from distributed.shuffle._core import (
     handle_unpack_errors,
     p2p_barrier,
 )
+from distributed.utils import sync
+from distributed.utils_comm import retry
 
-from gpusort.graph import merge_pieces
+from gpusort import chunks, corank, order
+from gpusort.backends import get_backend, synchronize
 
-#: Below this mean size per array, slabs travel as one pickled blob rather than
-#: as frames (distributed's own threshold for P2P shards).
-_SMALL_SHARD_BYTES = 65536
+#: Below this many bytes a message travels as one pickled blob rather than as
+#: frames (distributed's own threshold for P2P shards).
+_SMALL_MESSAGE_BYTES = 65536
+#: The phases an owner times, in the order they run.
+PHASES = ("runs", "splitters", "exchange", "merges")
 
-_sent = {"bytes": 0, "messages": 0}
-_sent_lock = threading.Lock()
+_lock = threading.Lock()
+_sent: dict[str, int] = {"bytes": 0, "splitter_bytes": 0, "messages": 0}
+#: (wall-clock start, seconds per phase) of this process's recent exchanges.
+_timed: deque[tuple[float, dict[str, float]]] = deque(maxlen=1000)
 
 
 def sent() -> dict[str, int]:
-    """Bytes of slabs and messages this process has sent to other workers in exchanges so far.
+    """What this process has sent to other workers in exchanges so far.
 
-    Run it on the workers (``client.run``): P2P's messages bypass Dask's own
-    transfer log, so this is how benchmarks count what an exchange moved.
+    ``bytes`` counts the slices of runs (the data), ``splitter_bytes`` the
+    samples and window keys, ``messages`` every message.  Run it on the
+    workers (``client.run``): P2P's messages bypass Dask's own transfer log,
+    so this is how benchmarks count what an exchange moved.
     """
-    with _sent_lock:
+    with _lock:
         return dict(_sent)
 
 
-@dataclass(frozen=True)
-class SortExchangeSpec(ShuffleSpec[int]):
-    """What the scheduler plugin needs to start the exchange: the output chunks and how to merge them."""
+def phase_seconds(since: float = 0.0) -> dict[str, float]:
+    """Seconds this process's exchanges that started at ``since`` (``time.time()``) or later spent in each phase.
 
-    nruns: int
-    nblocks: int
+    The phases (:data:`PHASES`) run inside P2P's barrier, not as tasks of
+    their own, so the task stream cannot tell them apart:
+    :func:`gpusort.runtime.task_costs` reads them here, on every worker.
+    """
+    out = dict.fromkeys(PHASES, 0.0)
+    with _lock:
+        for start, seconds in _timed:
+            if start >= since:
+                for phase, s in seconds.items():
+                    out[phase] += s
+    return out
+
+
+def _count(**amounts: int) -> None:
+    with _lock:
+        for k, v in amounts.items():
+            _sent[k] += v
+
+
+def one_run_per_worker(key_dtype: Any, stable: bool) -> bool:
+    """Whether a worker may sort all its chunks as one run, whichever chunks it holds.
+
+    A run of chunks that are not consecutive puts its ties in an order the
+    input does not have, which a sort can only return if its ties cannot be
+    told apart: keys only (equal keys are equal bits), sorted in ``"exact"``
+    order.  Floats have keys that are equal but differ in bits (``-0.0``
+    and ``0.0``, NaN payloads): the workers check their runs for them
+    (:func:`gpusort.order.tie_keys`) and sort again by ranges of chunks
+    where any two differ.  Stable sorts (values, positions) always sort by
+    ranges of consecutive chunks: one range, one run, where a worker's
+    chunks are consecutive.
+    """
+    return not stable
+
+
+@dataclass(frozen=True)
+class SortSpec(ShuffleSpec[int]):
+    """What the scheduler plugin needs to start the exchange: the output chunks and how to sort."""
+
+    edges: tuple[int, ...]  # the boundary ranks of the output partitions (blocks of output chunks)
+    nparts: int  # input parts, one per transfer task
     backend: Any
     key_dtype: np.dtype
     descending: bool
-    scheme: str
+    scheme: str  # the order-key scheme of stable runs (ranges of consecutive chunks)
+    merge_all: bool  # :func:`one_run_per_worker`
 
     @property
     def output_partitions(self):
-        yield from range(self.nblocks)
+        yield from range(len(self.edges) - 1)
 
     def pick_worker(self, partition: int, workers) -> str:
-        # Contiguous ranges of output chunks per worker: every run then sends
-        # each worker one contiguous slab.
-        return workers[partition * len(workers) // self.nblocks]
+        # Contiguous ranges of output chunks per worker: each owner merges one
+        # block of consecutive ranks, and every run sends it one slice.
+        return workers[partition * len(workers) // (len(self.edges) - 1)]
 
     def create_run_on_worker(self, run_id, span_id, worker_for, plugin) -> ShuffleRun:
         worker = plugin.worker
-        return SortExchangeRun(
+        return SortRun(
             spec=self,
             worker_for=worker_for,
             id=self.id,
@@ -117,29 +177,6 @@ class SortExchangeSpec(ShuffleSpec[int]):
             disk=False,
             loop=worker.loop,
         )
-
-
-def cut_slabs(keys: Any, values: Any, split: np.ndarray, owned: list[tuple[int, int]]) -> list[tuple]:
-    """One run's slabs for one worker: ``(keys, values, offsets, a)`` per owned range ``[a, b)``.
-
-    ``split`` is the run's split vector over the output chunks' edges; the
-    slab holds the run's elements of chunks ``a … b-1`` and ``offsets`` where
-    each chunk starts in it.  Arrays come first in every tuple: distributed
-    looks at the first leaf of a message to decide whether to serialize it
-    element by element (CuPy arrays as device frames, NumPy arrays as
-    buffers) or to pickle it whole, which would copy GPU slabs to the host.
-
-    Examples
-    --------
-    >>> cut_slabs(np.arange(10), None, np.array([0, 3, 3, 8, 10]), [(1, 3)])
-    [(array([3, 4, 5, 6, 7]), None, array([0, 0, 5]), 1)]
-    """
-    slabs = []
-    for a, b in owned:
-        lo, hi = int(split[a]), int(split[b])
-        offsets = np.asarray(split[a:b + 1], dtype=np.int64) - lo
-        slabs.append((keys[lo:hi], None if values is None else values[lo:hi], offsets, a))
-    return slabs
 
 
 def contiguous_ranges(worker_for: dict[int, str]) -> dict[str, list[tuple[int, int]]]:
@@ -160,87 +197,291 @@ def contiguous_ranges(worker_for: dict[int, str]) -> dict[str, list[tuple[int, i
     return dict(ranges)
 
 
-class SortExchangeRun(ShuffleRun[int, Any]):
-    """One worker's part of one exchange: cut runs into slabs, keep the slabs that arrive, merge."""
+def consecutive(ids: list[int]) -> list[list[int]]:
+    """Sorted ids cut into ranges of consecutive ids.
 
-    def __init__(self, spec: SortExchangeSpec, worker_for: dict[int, str], **kwargs: Any):
+    Examples
+    --------
+    >>> consecutive([0, 1, 3, 4, 5, 9])
+    [[0, 1], [3, 4, 5], [9]]
+    """
+    groups: list[list[int]] = []
+    for k in ids:
+        if groups and groups[-1][-1] == k - 1:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    return groups
+
+
+@dataclass
+class _Run:
+    """One sorted run of this worker: ``label`` (its first input part) orders it among all runs."""
+
+    label: int
+    keys: Any
+    values: Any
+
+
+class SortRun(ShuffleRun[int, Any]):
+    """One worker's part of one sort: hold its chunks, sort them, agree on splits, swap slices, merge."""
+
+    def __init__(self, spec: SortSpec, worker_for: dict[int, str], **kwargs: Any):
         super().__init__(**kwargs)
         self.spec = spec
         self.worker_for = worker_for
-        self.ranges = contiguous_ranges(worker_for)
-        self.range_of = {j: (a, b) for owned in self.ranges.values() for a, b in owned for j in range(a, b)}
-        # slabs[a][k] = (offsets, keys, values): run k's slab for the range starting at a.
-        self._slabs: dict[int, dict[int, tuple]] = defaultdict(dict)
-        self._unmerged: dict[int, int] = {}
+        self.owners = sorted(set(worker_for.values()))
+        edges = spec.edges
+        # Each owner's output as ranges of ranks [start, stop), with their chunks.
+        self.ranges = {w: [(edges[a], edges[b], a, b) for a, b in owned]
+                       for w, owned in contiguous_ranges(worker_for).items()}
+        cuts = sorted({r for owned in self.ranges.values() for s, e, _, _ in owned for r in (s, e)}
+                      | {0, edges[-1]})
+        self.rows = {r: i for i, r in enumerate(cuts)}  # split vector row of every cut rank
+        self._inputs: dict[int, tuple[Any, Any]] = {}
+        self._messages: dict[tuple, tuple] = {}
+        self._arrived = asyncio.Event()
+        self._blocks: dict[int, tuple[Any, Any]] = {}  # start rank -> merged (keys, values)
+        self._unread: dict[int, int] = {}
         self._lock = threading.Lock()
 
-    def _shard_partition(self, data: Any, partition_id: int) -> dict[str, tuple[list, int]]:
-        (keys, values), split = data
-        return {address: (cut_slabs(keys, values, split, owned), partition_id)
-                for address, owned in self.ranges.items()}
+    # --- phase 0: the inputs ------------------------------------------------------------
 
-    async def _write_to_comm(self, data: dict[str, Any]) -> None:
-        # Slabs for this worker stay in this process: no loopback round trip.
-        local = data.pop(self.local_address, None)
-        if local is not None:
-            await self._receive([local])
-        if data:
-            await super()._write_to_comm(data)
-
-    async def send(self, address: str, shards: list) -> Any:
-        arrays = [a for slabs, _ in shards for k, v, _, _ in slabs for a in (k, v) if a is not None]
-        small = arrays and sum(a.nbytes for a in arrays) // len(arrays) < _SMALL_SHARD_BYTES
-        # The parent measures shards with memoryview, which CuPy arrays lack.
-        payload = pickle.dumps(shards, protocol=5) if small else shards
-        with _sent_lock:
-            _sent["bytes"] += sum(a.nbytes for a in arrays)
-            _sent["messages"] += 1
-        return await retry(lambda: self._send(address, payload), count=self.RETRY_COUNT,
-                           delay_min=self.RETRY_DELAY_MIN, delay_max=self.RETRY_DELAY_MAX)
-
-    async def _receive(self, data: list[tuple[list, int]]) -> None:
+    def add_partition(self, data: tuple[Any, Any], partition_id: int) -> int:
         self.raise_if_closed()
-        with self._lock:
-            for slabs, k in data:
-                if k in self.received:  # a retried send
-                    continue
-                self.received.add(k)
-                for keys, values, offsets, a in slabs:
-                    self._slabs[a][k] = (offsets, keys, values)
-                    self.total_recvd += int(keys.nbytes) + (0 if values is None else int(values.nbytes))
+        if self.transferred:
+            raise RuntimeError(f"Cannot add more partitions to {self}")
+        if self.local_address in self.ranges:
+            with self._lock:
+                self._inputs[partition_id] = data
+        else:
+            # This worker merges nothing: its chunks go to an owner now, so that
+            # they are there when the barrier starts the sort.
+            owner = self.owners[partition_id % len(self.owners)]
+            keys, values = data
+            arrays = (keys,) if values is None else (keys, values)
+            sync(self._loop, self._deliver, owner, [(arrays, ("input", partition_id, values is None))])
+        return self.run_id
 
-    def _get_output_partition(self, partition_id: int, key: Any, **kwargs: Any) -> tuple[Any, Any]:
-        a, b = self.range_of[partition_id]
-        i = partition_id - a
-        with self._lock:
-            slabs = self._slabs.get(a, {})
-            if len(slabs) != self.spec.nruns:
-                raise RuntimeError(
-                    f"exchange {self.id}: output chunk {partition_id} has slabs of {len(slabs)} of "
-                    f"{self.spec.nruns} runs"
-                )
-            slabs = [slabs[k] for k in range(self.spec.nruns)]  # run order: ties stay stable
-        pieces = [(keys[o[i]:o[i + 1]], None if values is None else values[o[i]:o[i + 1]])
-                  for o, keys, values in slabs]
-        with self._lock:
-            left = self._unmerged.setdefault(a, b - a) - 1
-            self._unmerged[a] = left
-            if left == 0:  # every chunk of this range is merged: free the slabs
-                self._slabs.pop(a, None)
+    def _shard_partition(self, data: Any, partition_id: int) -> dict:  # pragma: no cover - add_partition stores
+        raise NotImplementedError("the sort's inputs are kept where they are")
+
+    async def _receive(self, data: list[tuple]) -> None:
+        self.raise_if_closed()
+        for arrays, header in data:
+            if header[0] == "input":
+                _, k, keys_only = header
+                with self._lock:
+                    self._inputs[k] = (arrays[0], None if keys_only else arrays[1])
+                continue
+            self._messages.setdefault(header[:3], (arrays, header))  # a retried send arrives twice
+            self._arrived.set()
+
+    # --- the sort, on every owner at once ------------------------------------------------
+
+    async def inputs_done(self) -> None:
+        await super().inputs_done()
+        if self.local_address not in self.ranges:
+            return
         spec = self.spec
-        return merge_pieces(spec.backend, spec.key_dtype, spec.descending, spec.scheme, pieces)
+        me = self.owners.index(self.local_address)
+        merge_all, scheme, attempt = spec.merge_all, ("exact" if spec.merge_all else spec.scheme), 0
+        started, formed = time.time(), 0.0
+        while True:
+            t0 = time.perf_counter()
+            runs = await self.offload(self._form_runs, merge_all, scheme)
+            t1 = time.perf_counter()
+            g = corank.sample_stride(spec.edges[-1], len(self.owners) if merge_all else spec.nparts,
+                                     len(self.rows) - 2)
+            samples, ties = await self.offload(self._samples, runs, g, merge_all)
+            described = await self._all_to_all(("samples", attempt), samples,
+                                               ([r.label for r in runs], [len(r.keys) for r in runs], ties), me)
+            everyone = sorted((label, length, sample) for arrays, header in described
+                              for label, length, sample in zip(header[3], header[4], arrays))
+            if not merge_all or not order.ties_differ(set().union(*(h[5] for _, h in described)),
+                                                      spec.key_dtype, spec.descending):
+                break
+            # Zeros or NaNs of different bits: runs by ranges of consecutive chunks keep their input order.
+            formed += t1 - t0
+            merge_all, scheme, attempt = False, spec.scheme, attempt + 1
+        with self._lock:
+            self._inputs.clear()
+        labels, lengths = [e[0] for e in everyone], [e[1] for e in everyone]
+        index = {label: i for i, label in enumerate(labels)}
+        inner = np.array(sorted(self.rows)[1:-1], dtype=np.int64)
+        plan = await self.offload(corank.plan_windows, [e[2] for e in everyone], lengths, inner, g)
+        windows = await self.offload(lambda: [corank.window_keys(r.keys, plan, index[r.label]) for r in runs])
+        received = await self._all_to_all(("windows", attempt), windows, ([r.label for r in runs],), me)
+        by_label = {label: w for arrays, header in received for label, w in zip(header[3], arrays)}
+        splits = await self.offload(corank.split_vectors, lengths, inner, plan, [by_label[lb] for lb in labels])
+        t2 = time.perf_counter()
+        pieces = await self._swap(runs, splits, index, attempt, me)
+        del runs
+        t3 = time.perf_counter()
+        await self.offload(self._merge, pieces, scheme)
+        t4 = time.perf_counter()
+        with _lock:
+            _timed.append((started, {"runs": formed + t1 - t0, "splitters": t2 - t1, "exchange": t3 - t2,
+                                     "merges": t4 - t3}))
+
+    def _form_runs(self, merge_all: bool, scheme: str) -> list[_Run]:
+        """This worker's inputs as sorted runs: one of all of them, or one per range of consecutive parts."""
+        with self._lock:
+            inputs = dict(self._inputs)
+        ids = sorted(inputs)
+        spec = self.spec
+        if not ids:
+            return []
+        groups = _fitting(ids, inputs, get_backend(spec.backend)) if merge_all else consecutive(ids)
+        runs = []
+        for group in groups:
+            keys = chunks.concatenate([inputs[k][0] for k in group], spec.key_dtype)
+            values = None if inputs[group[0]][1] is None else chunks.concatenate([inputs[k][1] for k in group])
+            okeys, ovalues = chunks.sort_pair(spec.backend, spec.descending, scheme, keys, values,
+                                              overwrite=len(group) > 1)
+            runs.append(_Run(group[0], okeys, ovalues))
+        for run in runs:
+            synchronize(run.keys)  # the slices go out through comms that do not wait on the GPU
+        return runs
+
+    def _samples(self, runs: list[_Run], g: int, merge_all: bool) -> tuple[list, set[int]]:
+        """Round 1 of this worker: its runs' samples, and the order keys of its float ties."""
+        spec = self.spec
+        ties: set[int] = set()
+        if merge_all:
+            search = get_backend(spec.backend).searchsorted
+            for run in runs:
+                ties |= order.tie_keys(run.keys, spec.key_dtype, spec.descending, search)
+        return [corank.samples(r.keys, g) for r in runs], ties
+
+    async def _swap(self, runs: list[_Run], splits: np.ndarray, index: dict[int, int], attempt: int,
+                    me: int) -> dict[int, dict[int, tuple]]:
+        """Every owner gets the slices of these runs it merges; returns the slices this worker merges.
+
+        The result maps each of this worker's output ranges (by start rank)
+        to its slices, by run index.
+        """
+        keys_only = not runs or runs[0].values is None
+
+        def slices(owner: str) -> tuple[list, tuple]:
+            arrays, where = [], []
+            for start, stop, _, _ in self.ranges[owner]:
+                a, b = splits[self.rows[start]], splits[self.rows[stop]]
+                for run in runs:
+                    k = index[run.label]
+                    lo, hi = int(a[k]), int(b[k])
+                    arrays += [run.keys[lo:hi]] if keys_only else [run.keys[lo:hi], run.values[lo:hi]]
+                    where.append((start, k))
+            return arrays, (where, keys_only)
+
+        messages = [(w, slices(w)) for w in self.owners if w != self.local_address]
+        own = slices(self.local_address)
+        del runs
+        tag = ("slabs", attempt)
+        await asyncio.gather(*(self._deliver(w, [(_framed(arrays), (*tag, me, *header))])
+                               for w, (arrays, header) in messages))
+        received = [(own[0], (*tag, me, *own[1]))] + await self._gather(tag, exclude=me)
+        pieces: dict[int, dict[int, tuple]] = defaultdict(dict)
+        for arrays, (_, _, _, where, keys_only) in received:
+            step = 1 if keys_only else 2
+            for i, (start, k) in enumerate(where):
+                pieces[start][k] = (arrays[step * i], None if keys_only else arrays[step * i + 1])
+        return pieces
+
+    def _merge(self, pieces: dict[int, dict[int, tuple]], scheme: str) -> None:
+        spec = self.spec
+        for start, stop, a, b in self.ranges[self.local_address]:
+            by_run = pieces[start]
+            merged = chunks.merge_pieces(spec.backend, spec.key_dtype, spec.descending, scheme,
+                                         [by_run[k] for k in sorted(by_run)])
+            with self._lock:
+                self._blocks[start] = merged
+                self._unread[start] = b - a
+
+    # --- messages between owners ---------------------------------------------------------
+
+    async def _all_to_all(self, tag: tuple, arrays: list, payload: tuple, me: int) -> list[tuple]:
+        """Send ``arrays`` and ``payload`` to every other owner; every owner's ``(arrays, header)``, this one's first.
+
+        A header is ``(*tag, sender, *payload)``.
+        """
+        header = (*tag, me, *payload)
+        await asyncio.gather(*(self._deliver(w, [(_framed(arrays), header)])
+                               for i, w in enumerate(self.owners) if i != me))
+        return [(arrays, header)] + await self._gather(tag, exclude=me)
+
+    async def _gather(self, tag: tuple, exclude: int) -> list[tuple]:
+        """The messages of ``tag`` from every owner but ``exclude``, once all have arrived."""
+        want = [(*tag, i) for i in range(len(self.owners)) if i != exclude]
+        while not all(w in self._messages for w in want):
+            self.raise_if_closed()
+            self._arrived.clear()
+            waits = [asyncio.ensure_future(e.wait()) for e in (self._arrived, self._closed_event)]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for w in waits:
+                w.cancel()
+        self.raise_if_closed()
+        return [self._messages.pop(w) for w in want]
+
+    async def _deliver(self, address: str, items: list[tuple]) -> None:
+        """``items``, each ``(arrays, header)``, to worker ``address``: small ones pickled, large ones as frames."""
+        arrays = [a for arrays, _ in items for a in arrays]
+        nbytes = sum(int(a.nbytes) for a in arrays)
+        small = nbytes < _SMALL_MESSAGE_BYTES and all(isinstance(a, np.ndarray) for a in arrays)
+        payload = pickle.dumps(items, protocol=5) if small else items
+        _count(**{"bytes" if items[0][1][0] in ("slabs", "input") else "splitter_bytes": nbytes}, messages=1)
+        await retry(lambda: self._send(address, payload), count=self.RETRY_COUNT,
+                    delay_min=self.RETRY_DELAY_MIN, delay_max=self.RETRY_DELAY_MAX)
+
+    # --- phase 4: the output -------------------------------------------------------------
+
+    def _get_output_partition(self, partition_id: int, key: Any, **kwargs: Any) -> Any:
+        edges = self.spec.edges
+        for start, stop, a, b in self.ranges[self.local_address]:
+            if a <= partition_id < b:
+                break
+        else:  # pragma: no cover - P2P places the task on the chunk's owner
+            raise RuntimeError(f"exchange {self.id}: output chunk {partition_id} is not owned here")
+        with self._lock:
+            keys, values = self._blocks[start]
+            self._unread[start] -= 1
+            if not self._unread[start]:  # every chunk of this block is out: the block lives in them
+                del self._blocks[start]
+        i, j = edges[partition_id] - start, edges[partition_id + 1] - start
+        return keys[i:j], None if values is None else values[i:j]
 
     def _get_assigned_worker(self, partition_id: int) -> str:
         return self.worker_for[partition_id]
 
-    def read(self, path):  # pragma: no cover - slabs are kept in memory, never on disk
-        raise NotImplementedError("the sort exchange keeps its slabs in memory")
+    def read(self, path):  # pragma: no cover - nothing goes to disk
+        raise NotImplementedError("the sort keeps its runs in memory")
 
     def deserialize(self, buffer: Any) -> Any:  # pragma: no cover - see read
         return buffer
 
 
-def _transfer(run: Any, splits: np.ndarray, id: ShuffleId, k: int) -> int:
+def _fitting(ids: list[int], inputs: dict[int, tuple[Any, Any]], backend: Any) -> list[list[int]]:
+    """``ids`` in ranges whose runs the backend can sort at once (all of them where it can)."""
+    sizes = [sum(int(a.nbytes) for a in inputs[k] if a is not None) for k in ids]
+    limit = backend.run_limit(inputs[ids[0]][0])
+    groups: list[list[int]] = []
+    total = 0
+    for k, size in zip(ids, sizes):
+        if groups and total + size <= limit:
+            groups[-1].append(k)
+            total += size
+        else:
+            groups.append([k])
+            total = size
+    return groups
+
+
+def _framed(arrays: list) -> tuple:
+    """A message's arrays as distributed serializes them frame by frame: it looks at the first leaf."""
+    return tuple(arrays) or (np.empty(0, np.uint8),)
+
+
+def _transfer(id: ShuffleId, k: int, offset: int | None, declared: list, *chunk_data: Any) -> int:
     try:
         get_worker()
     except ValueError:
@@ -250,32 +491,35 @@ def _transfer(run: Any, splits: np.ndarray, id: ShuffleId, k: int) -> int:
             "it through that cluster's client, or build it under "
             "dask.config.set({'gpusort.exchange': 'local'})"
         ) from None
+    pair = chunks.gathered(declared, offset, chunk_data)  # a chunk that lies stops here, by name
     with handle_transfer_errors(id):
-        return get_worker_plugin().add_partition((run, splits[:, k]), partition_id=k, id=id)
+        return get_worker_plugin().add_partition(pair, partition_id=k, id=id)
 
 
-def _unpack(id: ShuffleId, j: int, run_id: int) -> tuple[Any, Any]:
+def _unpack(id: ShuffleId, j: int, run_id: int) -> Any:
     with handle_unpack_errors(id):
         return get_worker_plugin().get_output_partition(id, run_id, j)
 
 
-def exchange_layer(run_keys: list, splits_key: Any, token: str, spec_args: dict) -> tuple[dict, str]:
-    """The exchange's tasks: transfers of every run, the barrier, one merge per block of output chunks.
+def exchange_layer(parts: list[tuple[int | None, list, list]], token: str, spec_args: dict) -> tuple[dict, str]:
+    """The exchange's tasks: a transfer per input part, the barrier, one task per output chunk.
 
-    ``run_keys`` are the runs' keys, ``splits_key`` the key of the split
-    vectors (``(J + 1, P)``), ``spec_args`` the fields of
-    :class:`SortExchangeSpec` but ``id``.  Returns the tasks and the name of
-    the merge tasks, ``(name, j)`` for output chunk ``j``.
+    ``parts`` holds, per transfer task, the offset of its positions (argsort,
+    else ``None``), what its chunks declare and the keys of its chunks
+    (:func:`gpusort.chunks.gathered`); ``spec_args`` the fields of
+    :class:`SortSpec` but ``id``.  Returns the tasks and the name of the
+    output tasks, ``(name, j)`` for output chunk ``j``.
     """
     id = ShuffleId(token)
-    transfer, merge = "transfer-" + token, "merge-" + token
+    transfer, out = "transfer-" + token, "sorted-" + token
     dsk: dict = {}
     refs = []
-    for k, run in enumerate(run_keys):
-        dsk[(transfer, k)] = t = Task((transfer, k), _transfer, TaskRef(run), TaskRef(splits_key), id, k)
+    for k, (offset, declared, inputs) in enumerate(parts):
+        args = [TaskRef(x) if x is not None else None for x in inputs]
+        dsk[(transfer, k)] = t = Task((transfer, k), _transfer, id, k, offset, declared, *args)
         refs.append(t.ref())
-    spec = SortExchangeSpec(id=id, disk=False, **spec_args)
+    spec = SortSpec(id=id, disk=False, **spec_args)
     dsk[barrier_key(id)] = barrier = P2PBarrierTask(barrier_key(id), p2p_barrier, id, *refs, spec=spec)
-    for j in range(spec.nblocks):
-        dsk[(merge, j)] = Task((merge, j), _unpack, id, j, barrier.ref())
-    return dsk, merge
+    for j in range(len(spec.edges) - 1):
+        dsk[(out, j)] = Task((out, j), _unpack, id, j, barrier.ref())
+    return dsk, out

@@ -1,27 +1,32 @@
-"""The three-phase sort as one Dask graph.
+"""The sort as one Dask graph: runs, exact splitters, merges.
 
-Layers, in the order they run (constant rounds, whatever ``P`` and ``N``):
+:func:`sort` builds one of two graphs, picked when it is built
+(:func:`exchange_method`):
 
-``runs-``     one task per input chunk: order keys (:mod:`gpusort.order`),
-              sorted on the chosen backend; a run is ``(keys, values)``.
-``samples-``  every ``g``-th key of each run, to host memory.
-``plan-``     one task: per-run windows that bracket every split.
-``windows-``  one task per run: its window keys, cut where the run lives.
-``splits-``   one task: exact split vectors for every output boundary.
-``merge-``    one task per block of consecutive output chunks: a k-way merge
-              of exactly its slices, the order keys decoded back to the
-              user's dtype; the output chunks are views of the block.
+* **In one process** (the threaded or synchronous scheduler, or a cluster of
+  one worker) every task sees every run, so nothing is exchanged:
 
-Where the runs live in several worker processes the merges get their slices
-through an exchange (:mod:`gpusort.exchange`): one ``transfer-`` task per run
-and P2P's ``shuffle-barrier-`` task between the splits and the merges, the
-data moving worker to worker in bulk.  In one process the merges cut their
-slices from the runs themselves (:func:`exchange_method`).  Either way the
-graph has ``O(P + J)`` tasks.
+  ``runs-``    one task per group of consecutive input chunks: their order keys
+               (:mod:`gpusort.order`) sorted on the backend.  Chunks in GPU
+               memory make one run, one kernel call over all of them; host
+               chunks one run per thread (:func:`run_bytes`).
+  ``splits-``  one task: the exact split vectors of every merge block's edges
+               over the runs (:func:`gpusort.corank.exact_splits`), cut from
+               the runs where they are; absent for one run.
+  ``merge-``   one task per block of consecutive output chunks: a k-way merge
+               of exactly its slices, decoded back to the user's dtype; the
+               output chunks are views of the block (``sorted-``).
 
-Phase 1 (:func:`form_runs`) and phases 2-3 (:func:`merge_sorted_runs`) meet
-in :class:`Runs`, so runs may also come from elsewhere: the Zarr external
-sort keeps them on disk between the two.
+* **Across worker processes** the runs are formed where the chunks live and
+  exchanged once, in bulk, by distributed's P2P machinery
+  (:mod:`gpusort.exchange`): ``transfer-`` tasks hand each worker its chunks,
+  P2P's barrier runs the sort on every worker at once, and one task per
+  output chunk takes its view.
+
+Either way the graph has ``O(P + J)`` tasks for ``P`` input and ``J`` output
+chunks.  Phase 1 (:func:`form_runs`) and phases 2-3 (:func:`merge_sorted_runs`)
+meet in :class:`Runs`, so runs may also come from elsewhere: the Zarr
+external sort keeps them on disk between the two.
 """
 
 from __future__ import annotations
@@ -37,17 +42,20 @@ from dask.array.utils import meta_from_array
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort import corank, order
-from gpusort.backends import Pair, get_backend, is_cupy, namespace, to_numpy
+from gpusort import chunks as tasks
+from gpusort import corank, exchange, order
+from gpusort.backends import Pair, is_cupy
 
 #: The sort's phases and the task-name prefixes of each, in the order they run.
 #: Timing by phase (:mod:`gpusort.runtime`, the benchmarks, the workflows) reads
 #: the scheduler's task stream through this table, so it lives with the graph
-#: that names the tasks.
+#: that names the tasks.  Across workers the phases run inside P2P's barrier
+#: task (``shuffle-``), and each worker times them itself
+#: (:func:`gpusort.exchange.phase_seconds`).
 PHASES: dict[str, tuple[str, ...]] = {
     "runs": ("runs",),
-    "splitters": ("samples", "plan", "windows", "splits"),
-    "exchange": ("transfer", "shuffle"),
+    "splitters": ("splits",),
+    "exchange": ("transfer",),
     "merges": ("merge", "sorted"),
 }
 
@@ -97,12 +105,12 @@ class Runs:
             okeys.dtype,
             None if values is None else values.dtype,
             okeys._meta,
-            _row_bytes(okeys) + (0 if values is None else _row_bytes(values)),
+            row_bytes(okeys) + (0 if values is None else row_bytes(values)),
             scheme,
         )
 
 
-def _extend(graph: HighLevelGraph, name: str, dsk: dict, *deps: str) -> HighLevelGraph:
+def extend(graph: HighLevelGraph, name: str, dsk: dict, *deps: str) -> HighLevelGraph:
     """``graph`` plus layer ``name``, whose tasks read layers ``deps``."""
     return HighLevelGraph({**graph.layers, name: dsk}, {**graph.dependencies, name: set(deps)})
 
@@ -123,7 +131,7 @@ def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[in
             for t, (a, b) in enumerate(blocks)
             for i in range(a, b)
         }
-    return da.Array(_extend(graph, out, dsk, name), out, chunks, meta=meta_from_array(meta, ndim=1, dtype=dtype))
+    return da.Array(extend(graph, out, dsk, name), out, chunks, meta=meta_from_array(meta, ndim=1, dtype=dtype))
 
 
 def _cut(pair: Pair, field: int, start: int, stop: int) -> Any:
@@ -136,25 +144,48 @@ def _cut(pair: Pair, field: int, start: int, stop: int) -> Any:
 #: task costs the scheduler about a millisecond, so 256 chunks of 128 KiB cost
 #: more in tasks than in sorting; batched, the graph grows with the data.
 TASK_BYTES = (8 * 2**20, 64 * 2**20)
-#: The same bounds for chunks that live in GPU memory (CuPy chunks): a GPU
-#: sorts a GiB in milliseconds, and what it cannot hide is each task's fixed
-#: cost and the splitters', which grow with the number of runs times the
-#: number of merges (:func:`gpusort.corank.split_cost`).
+#: The same bounds for chunks that live in GPU memory (CuPy chunks), where a
+#: task's fixed cost is a larger share of its work: a GPU sorts a GiB in
+#: milliseconds.  topk and the N-D sorts batch by these; a sort's runs take
+#: all of a process's GPU chunks at once (:func:`run_bytes`).
 DEVICE_TASK_BYTES = (64 * 2**20, 2**30)
 
 
 def task_bytes(total_bytes: int, device: bool = False) -> int:
-    """How much data one run or merge task may batch: ``dask.config`` ``gpusort.task-bytes``.
+    """How much data one task may batch: ``dask.config`` ``gpusort.task-bytes``.
 
     ``"auto"`` (the default) takes an equal share of ``total_bytes`` per thread
     (:func:`threads`) within :data:`TASK_BYTES` (:data:`DEVICE_TASK_BYTES` for
     chunks in GPU memory); a size (``"16MiB"``, or bytes) sets it; ``0``
     batches nothing, one chunk per task.
     """
-    setting = dask.config.get("gpusort.task-bytes", "auto")
-    if setting == "auto":
+    setting = _task_bytes_setting()
+    if setting is None:
         low, high = DEVICE_TASK_BYTES if device else TASK_BYTES
         return min(max(low, total_bytes // threads()), high)
+    return setting
+
+
+def run_bytes(total_bytes: int, device: bool) -> int:
+    """How much data one run takes in one process: a run is one sort of it all where that pays.
+
+    Chunks in GPU memory make one run (``total_bytes``): the GPU sorts it in
+    one call at its full rate, and nothing is left to split or merge.  Host
+    chunks make one run per thread (:func:`task_bytes`).  ``dask.config``
+    ``gpusort.task-bytes`` set to a size bounds runs of either kind, for a
+    GPU that cannot hold about three times its data at once.
+    """
+    setting = _task_bytes_setting()
+    if setting is not None:
+        return setting
+    return max(total_bytes, 1) if device else task_bytes(total_bytes)
+
+
+def _task_bytes_setting() -> int | None:
+    """``gpusort.task-bytes`` in bytes, or ``None`` for ``"auto"``."""
+    setting = dask.config.get("gpusort.task-bytes", "auto")
+    if setting == "auto":
+        return None
     try:
         return int(dask.utils.parse_bytes(setting) if isinstance(setting, str) else setting)
     except (TypeError, ValueError) as exc:
@@ -201,30 +232,17 @@ def threads() -> int:
         return dask.config.get("num_workers", None) or CPU_COUNT
 
 
-def _sort_chunks(backend: str, descending: bool, scheme: order.Scheme, offset: int | None, declared: list,
-                 *chunks: Any) -> Pair:
-    """One run: the order keys of consecutive input chunks, sorted (values, or positions from ``offset``)."""
-    keys, values = chunks[0::2], chunks[1::2]
-    # The splitters trust the declared chunk lengths, so a chunk that loads
-    # short, long or as another dtype would silently lose or garble elements
-    # downstream: stop at the chunk, by name.  Byte order alone may differ.
-    for (k, length, dtype, value_dtype), kc, vc in zip(declared, keys, values):
-        for what, got, want in (("keys", kc, dtype), ("values", vc, value_dtype)):
-            if got is not None and (len(got) != length or not np.can_cast(got.dtype, want, "equiv")):
-                raise ValueError(
-                    f"input chunk {k} loaded {len(got)} {what} of dtype {got.dtype}, but its dask array "
-                    f"declares {length} of dtype {want}: fix the source of chunk {k}, or declare the "
-                    "array's real chunks and dtype"
-                )
-    xp = namespace(keys[0])
-    keys = keys[0] if len(keys) == 1 else xp.concatenate(keys)
-    if offset is not None:  # argsort: the values are global positions
-        values = xp.arange(offset, offset + len(keys), dtype=np.int64)
-    elif values[0] is None:
-        values = None
-    else:  # concatenate would make the dtype native-endian: keep the declared one
-        values = values[0] if len(values) == 1 else xp.concatenate(values, dtype=declared[0][3])
-    return get_backend(backend).sort_run(order.encode(keys, descending, scheme), values)
+def declared_chunks(keys: da.Array, values: da.Array | None, a: int, b: int) -> list[tasks.Declared]:
+    """What chunks ``a … b-1`` of ``keys`` (and ``values``) declare: :func:`gpusort.chunks.gathered` checks it."""
+    vdtype = None if values is None else values.dtype
+    return [(k, int(keys.chunks[0][k]), keys.dtype, vdtype) for k in range(a, b)]
+
+
+def chunk_inputs(keys: da.Array, values: da.Array | None, a: int, b: int) -> list:
+    """The task keys of chunks ``a … b-1``, keys and values interleaved, as :func:`gpusort.chunks.gathered` takes them."""
+    kkeys = _block_keys(keys)
+    vkeys = _block_keys(values) if values is not None else [None] * len(kkeys)
+    return [x for k in range(a, b) for x in (kkeys[k], vkeys[k])]
 
 
 def form_runs(
@@ -243,27 +261,20 @@ def form_runs(
     (argsort) and ``values`` must be ``None``.  ``keys_returned=False`` says
     that only the values will be used (argsort), which lets float keys tie
     their zeros and NaNs in integer order keys (:func:`gpusort.order.scheme_for`).
-    Small chunks are batched into runs (:func:`task_groups`, :func:`task_bytes`)
+    Chunks are batched into runs (:func:`task_groups`, :func:`run_bytes`)
     unless ``batch=False``, which makes one run per chunk.
     """
-    stable = values is not None or positions
-    scheme = order.scheme_for(stable, keys_returned)
+    scheme = order.scheme_for(values is not None or positions, keys_returned)
     lengths = tuple(int(c) for c in keys.chunks[0])
-    vdtype = None if values is None else values.dtype
-    value_dtype = np.dtype(np.int64) if positions else vdtype
-    element = _row_bytes(keys) + (8 if positions else 0 if values is None else _row_bytes(values))
-    target = task_bytes(sum(lengths) * element, is_cupy(keys._meta)) if batch else 0
+    value_dtype = np.dtype(np.int64) if positions else None if values is None else values.dtype
+    element = row_bytes(keys) + (8 if positions else 0 if values is None else row_bytes(values))
+    target = run_bytes(sum(lengths) * element, is_cupy(keys._meta)) if batch else 0
     groups = task_groups(lengths, element, target)
     name = "runs-" + tokenize(keys, values, descending, backend, positions, scheme, groups)
     offsets = np.concatenate(([0], np.cumsum(lengths))).tolist()
-    kkeys = _block_keys(keys)
-    vkeys = _block_keys(values) if values is not None else [None] * len(lengths)
-    dsk = {}
-    for r, (a, b) in enumerate(groups):
-        declared = [(k, lengths[k], keys.dtype, vdtype) for k in range(a, b)]
-        inputs = [x for k in range(a, b) for x in (kkeys[k], vkeys[k])]
-        dsk[(name, r)] = (_sort_chunks, backend, descending, scheme, offsets[a] if positions else None,
-                          declared, *inputs)
+    dsk = {(name, r): (tasks.sort_chunks, backend, descending, scheme, offsets[a] if positions else None,
+                       declared_chunks(keys, values, a, b), *chunk_inputs(keys, values, a, b))
+           for r, (a, b) in enumerate(groups)}
     deps = [keys] if values is None else [keys, values]
     return Runs(
         HighLevelGraph.from_collections(name, dsk, dependencies=deps),
@@ -277,7 +288,7 @@ def form_runs(
     )
 
 
-def _row_bytes(x: da.Array) -> int:
+def row_bytes(x: da.Array) -> int:
     """Bytes per element of a 1-D array, or per row of a 2-D one (composite keys, records)."""
     return x.dtype.itemsize * (int(x.shape[1]) if x.ndim == 2 else 1)
 
@@ -289,46 +300,33 @@ def _block_keys(x: da.Array) -> list:
     return [k[0] for k in x.__dask_keys__()] if x.ndim == 2 else x.__dask_keys__()
 
 
-def _samples(run: Pair, g: int) -> np.ndarray:
-    return np.ascontiguousarray(to_numpy(run[0][::g]))
-
-
-def _windows(run: Pair, plan: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
-    """Run ``k``'s window keys ``run_k[lo[j, k]:hi[j, k]]`` of every boundary ``j``, in host memory."""
-    keys = run[0]
-    lo, hi = plan  # one row per inner boundary, and a windows- task exists only if there is one
-    return to_numpy(namespace(keys).concatenate([keys[a:b] for a, b in zip(lo[:, k].tolist(), hi[:, k].tolist())]))
-
-
-def _slice(run: Pair, splits: np.ndarray, j: int, k: int) -> Pair:
-    a, b = int(splits[j, k]), int(splits[j + 1, k])
-    keys, values = run
-    return keys[a:b], None if values is None else values[a:b]
-
-
-def merge_pieces(backend: Any, dtype: np.dtype, descending: bool, scheme: order.Scheme, pieces: list[Pair]) -> Pair:
-    """One output chunk: the k-way merge of its pieces (in run order), decoded to ``dtype``."""
-    okeys, values = get_backend(backend).merge_runs(pieces)
-    return order.decode(okeys, dtype, descending, scheme), values
+def _splits(lengths: list[int], inner: np.ndarray, g: int | None, *runs: Pair) -> np.ndarray:
+    """The split vectors of the merge blocks' edges, from the runs in this process."""
+    return corank.exact_splits([run[0] for run in runs], inner, g)
 
 
 def _merge_local(backend, dtype, descending, scheme, splits, j, *runs: Pair) -> Pair:
-    """Output chunk ``j``, cutting its slices from whole runs."""
-    return merge_pieces(backend, dtype, descending, scheme, [_slice(run, splits, j, k) for k, run in enumerate(runs)])
+    """Merge block ``j``, cutting its slices from whole runs."""
+    pieces = []
+    for k, (keys, values) in enumerate(runs):
+        a, b = int(splits[j, k]), int(splits[j + 1, k])
+        pieces.append((keys[a:b], None if values is None else values[a:b]))
+    return tasks.merge_pieces(backend, dtype, descending, scheme, pieces)
 
 
 def exchange_method() -> str:
-    """How output chunks get their slices: ``"local"`` or ``"p2p"``.
+    """How the sort runs: ``"local"`` or ``"p2p"``.
 
-    ``"local"``: every merge cuts its slices from the whole runs, as views.
-    That is free where every run already sits in the merging process -- the
-    threaded and synchronous schedulers, or a distributed cluster of one
-    worker -- and moves whole runs anywhere else.  ``"p2p"``: the runs are
-    cut into slabs and exchanged between workers through distributed's P2P
-    shuffle machinery (:mod:`gpusort.exchange`), so only slices travel, in
-    bulk.  ``"auto"`` (the default) picks ``"p2p"`` on a distributed client
-    with several workers, else ``"local"``, when the graph is built -- as Dask
-    picks its own shuffle method.  ``dask.config`` key ``gpusort.exchange``.
+    ``"local"``: runs, splitters and merges are tasks that cut what they
+    need from the runs as views.  That is free where every run sits in the
+    merging process -- the threaded and synchronous schedulers, or a
+    distributed cluster of one worker -- and moves whole runs anywhere else.
+    ``"p2p"``: each worker sorts the chunks it holds and the workers exchange
+    exactly the slices the others merge, once, through distributed's P2P
+    machinery (:mod:`gpusort.exchange`).  ``"auto"`` (the default) picks
+    ``"p2p"`` on a distributed client with several workers, else ``"local"``,
+    when the graph is built -- as Dask picks its own shuffle method.
+    ``dask.config`` key ``gpusort.exchange``.
     """
     method = dask.config.get("gpusort.exchange", "auto")
     if method not in ("auto", "p2p", "local"):
@@ -345,61 +343,113 @@ def exchange_method() -> str:
     return "p2p" if info.get("n_workers", len(info["workers"])) > 1 else "local"
 
 
+def sort(
+    keys: da.Array,
+    values: da.Array | None = None,
+    *,
+    descending: bool,
+    backend: Any,
+    chunk: int | tuple[int, ...],
+    positions: bool = False,
+    keys_returned: bool = True,
+) -> tuple[da.Array, da.Array | None]:
+    """``keys`` sorted (and ``values``, or their positions, in the same order), in output chunks of ``chunk``.
+
+    The arguments are :func:`form_runs`'; ``chunk`` is an output chunk
+    length (the last chunk the rest) or the chunk sizes.  Returns the keys,
+    decoded to their dtype, and the values (``None`` for keys only).
+    """
+    if exchange_method() == "p2p" and keys.shape[0]:
+        return _sort_across_workers(keys, values, descending=descending, backend=backend, chunk=chunk,
+                                    positions=positions, keys_returned=keys_returned)
+    runs = form_runs(keys, values, descending=descending, backend=backend, positions=positions,
+                     keys_returned=keys_returned)
+    return merge_sorted_runs(runs, key_dtype=keys.dtype, descending=descending, chunk=chunk, backend=backend)
+
+
 def merge_sorted_runs(
     runs: Runs,
     *,
     key_dtype: Any,
     descending: bool,
     chunk: int | tuple[int, ...],
-    backend: str,
+    backend: Any,
     sample_stride: int | None = None,
 ) -> tuple[da.Array, da.Array | None]:
-    """Phases 2-3: exact splitters, then one merge per block of consecutive output chunks.
+    """Phases 2-3 in one process: exact splitters, then one merge per block of consecutive output chunks.
 
     Returns the sorted keys (decoded to ``key_dtype``) and the values in the
     same order (``None`` for keys only), in chunks of ``chunk`` elements, the
-    last one the remainder, or in the chunk sizes ``chunk`` lists.  Small chunks are merged in blocks (:func:`task_groups`);
-    ``dask.config`` ``gpusort.task-bytes: 0`` merges every chunk in a task of its own.
+    last one the remainder, or in the chunk sizes ``chunk`` lists.  Small
+    chunks are merged in blocks (:func:`task_groups`); ``dask.config``
+    ``gpusort.task-bytes: 0`` merges every chunk in a task of its own.  One
+    run needs no splitters: its one merge block decodes it, and every
+    output chunk is a view of it.
     """
     n, nruns = sum(runs.lengths), len(runs.lengths)
     ranks = corank.output_ranks(n, chunk)
     sizes = tuple(int(c) for c in np.diff(ranks))
     element = runs.element_bytes
-    blocks = task_groups(sizes, element, task_bytes(n * element, is_cupy(runs.meta)))
+    if nruns == 1:
+        blocks = [(0, len(sizes))]
+    else:
+        blocks = task_groups(sizes, element, task_bytes(n * element, is_cupy(runs.meta)))
     # Merges split the runs only at block edges; inside a block its chunks are
     # consecutive ranks of one merged array.
     edges = ranks[[a for a, _ in blocks] + [blocks[-1][1]]]
-    inner = edges[1:-1]
-    g = sample_stride or corank.sample_stride(n, nruns, len(inner))
-    method = exchange_method()
-    token = tokenize(runs.name, key_dtype, descending, chunk, backend, g, method, blocks)
+    token = tokenize(runs.name, key_dtype, descending, chunk, backend, sample_stride, blocks)
     run_keys = [(runs.name, k) for k in range(nruns)]
-    dsk: dict = {}
     splits = ("splits-" + token,)
-    if len(inner):
-        plan = ("plan-" + token,)
-        dsk.update({("samples-" + token, k): (_samples, rk, g) for k, rk in enumerate(run_keys)})
-        dsk[plan] = (corank.plan_windows, [("samples-" + token, k) for k in range(nruns)], list(runs.lengths), inner, g)
-        dsk.update({("windows-" + token, k): (_windows, rk, plan, k) for k, rk in enumerate(run_keys)})
-        windows = [("windows-" + token, k) for k in range(nruns)]
-        dsk[splits] = (corank.split_vectors, list(runs.lengths), inner, plan, windows)
-    else:
-        dsk[splits] = (corank.split_vectors, list(runs.lengths), inner)
+    dsk: dict = {splits: (_splits, list(runs.lengths), edges[1:-1], sample_stride, *run_keys)}
     dtype = np.dtype(key_dtype)
-    if method == "p2p":
-        from gpusort.exchange import exchange_layer
-
-        spec = dict(nruns=nruns, nblocks=len(blocks), backend=backend, key_dtype=dtype,
-                    descending=descending, scheme=runs.scheme)
-        tasks, name = exchange_layer(run_keys, splits, token, spec)
-        dsk.update(tasks)
-    else:
-        name = "merge-" + token
-        for t in range(len(blocks)):
-            dsk[(name, t)] = (_merge_local, backend, dtype, descending, runs.scheme, splits, t, *run_keys)
-    graph = _extend(runs.graph, name, dsk, runs.name)
+    name = "merge-" + token
+    for t in range(len(blocks)):
+        dsk[(name, t)] = (_merge_local, backend, dtype, descending, runs.scheme, splits, t, *run_keys)
+    graph = extend(runs.graph, name, dsk, runs.name)
     chunks = (sizes,)
     keys = _field(graph, name, 0, "sorted", chunks, runs.meta, dtype, blocks)
     if runs.value_dtype is None:
         return keys, None
     return keys, _field(graph, name, 1, "sorted-values", chunks, runs.meta, runs.value_dtype, blocks)
+
+
+def _sort_across_workers(keys: da.Array, values: da.Array | None, *, descending: bool, backend: Any,
+                         chunk: int | tuple[int, ...], positions: bool, keys_returned: bool
+                         ) -> tuple[da.Array, da.Array | None]:
+    """:func:`sort` on several workers: the exchange's graph (:mod:`gpusort.exchange`).
+
+    Every input chunk is its own transfer task, so that it is sorted where
+    it is; only chunks smaller than :data:`TASK_BYTES`' lower bound
+    (:data:`DEVICE_TASK_BYTES`' in GPU memory) are batched, as moving them
+    costs less than their tasks.
+    """
+    lengths = tuple(int(c) for c in keys.chunks[0])
+    n = sum(lengths)
+    stable = values is not None or positions
+    value_dtype = np.dtype(np.int64) if positions else None if values is None else values.dtype
+    element = row_bytes(keys) + (8 if positions else 0 if values is None else row_bytes(values))
+    setting = _task_bytes_setting()
+    low = (DEVICE_TASK_BYTES if is_cupy(keys._meta) else TASK_BYTES)[0] if setting is None else setting
+    groups = task_groups(lengths, element, low)
+    offsets = np.concatenate(([0], np.cumsum(lengths))).tolist()
+    parts = [(offsets[a] if positions else None, declared_chunks(keys, values, a, b),
+              chunk_inputs(keys, values, a, b)) for a, b in groups]
+    ranks = corank.output_ranks(n, chunk)
+    sizes = tuple(int(c) for c in np.diff(ranks))
+    # P2P's output partitions are blocks of consecutive output chunks, each a
+    # view of its owner's merged ranks: a P2P output task costs more than a view.
+    blocks = task_groups(sizes, element, task_bytes(n * element, is_cupy(keys._meta)))
+    edges = ranks[[a for a, _ in blocks] + [blocks[-1][1]]]
+    spec = dict(edges=tuple(int(r) for r in edges), nparts=len(groups), backend=backend,
+                key_dtype=np.dtype(keys.dtype), descending=bool(descending),
+                scheme=order.scheme_for(stable, keys_returned),
+                merge_all=exchange.one_run_per_worker(keys.dtype, stable))
+    token = tokenize(keys, values, descending, backend, positions, keys_returned, chunk, groups, blocks)
+    dsk, name = exchange.exchange_layer(parts, token, spec)
+    deps = [keys] if values is None else [keys, values]
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
+    chunks = (sizes,)
+    out = _field(graph, name, 0, "sorted", chunks, keys._meta, keys.dtype, blocks)
+    if value_dtype is None:
+        return out, None
+    return out, _field(graph, name, 1, "sorted-values", chunks, keys._meta, value_dtype, blocks)

@@ -3,9 +3,8 @@
 The key arrays' order-key columns (:func:`gpusort.order.key_columns`) are
 packed into one composite order key per element (:mod:`gpusort.composite`)
 by a blockwise task, and the composite keys go through the same three
-phases as any key (:func:`gpusort.graph.form_runs`,
-:func:`gpusort.graph.merge_sorted_runs`): exact co-rank splitters, one merge
-per block of output chunks.  The keys are compared ascending: directions are
+phases as any key (:func:`gpusort.graph.sort`): exact co-rank splitters,
+one merge per block of output chunks.  The keys are compared ascending: directions are
 already in the columns.  What comes out is what the caller carried:
 positions (``lexsort``, ``argsort``), the keys themselves (a complex
 ``sort``: tied order keys do not decode, so the input's bits travel as
@@ -63,8 +62,7 @@ def sort(okeys: da.Array, values: da.Array | None, *, positions: bool, chunk: in
     Returns the sorted composite keys and the carried values, in chunks of
     ``chunk`` (a size, or the sizes); the keys' chunks hold 2-D rows where the keys are 2-D.
     """
-    runs = graph.form_runs(okeys, values, descending=False, backend=backend, positions=positions)
-    return graph.merge_sorted_runs(runs, key_dtype=okeys.dtype, descending=False, chunk=chunk, backend=backend)
+    return graph.sort(okeys, values, descending=False, backend=backend, chunk=chunk, positions=positions)
 
 
 def records(arrays: Sequence[da.Array]) -> da.Array:

@@ -88,14 +88,70 @@ def check_key_dtype(dtype: Any, argname: str = "x", complex_ok: bool = False) ->
 def scheme_for(stable: bool, keys_returned: bool) -> Scheme:
     """The order-key scheme a sort needs: see the module docstring.
 
+    A sort that returns the keys keeps every bit of them and puts keys that
+    are equal but differ in bits (``-0.0`` and ``0.0``, NaNs of other
+    payloads) in input order, as ``np.sort(kind="stable")`` does: scheme
+    ``"float"``, whether or not values come along.  A sort that returns
+    positions only needs the ties: ``"tied"``.  Keys other than floats have
+    one scheme whatever is asked (equal keys are equal bits).
+
     Examples
     --------
     >>> scheme_for(stable=False, keys_returned=True), scheme_for(True, False), scheme_for(True, True)
-    ('exact', 'tied', 'float')
+    ('float', 'tied', 'float')
     """
-    if not stable:
-        return "exact"
     return "float" if keys_returned else "tied"
+
+
+def tie_keys(okeys: Any, dtype: Any, descending: bool, searchsorted: Any) -> set[int]:
+    """The order keys of ``dtype``'s tie classes present in a sorted run of ``"exact"`` order keys.
+
+    The tie classes are the keys that are equal but differ in bits: the two
+    zeros and the NaNs.  Found with ``searchsorted`` (a backend's, so the
+    run stays where it is): the two zeros' keys that are present, and the
+    first and last NaN's.  Runs whose classes hold one key in all sort the
+    same in ``"exact"`` order as in input order: nothing tied differs.
+
+    Examples
+    --------
+    >>> x = np.array([np.nan, -0.0, 2.0, 0.0])
+    >>> ok = np.sort(encode(x, False, "exact"))
+    >>> len(tie_keys(ok, x.dtype, False, np.searchsorted))  # both zeros, one NaN
+    3
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f" or not len(okeys):
+        return set()
+    zeros = encode(np.array([-0.0, 0.0], dtype), descending, "exact")
+    last_number = encode(np.array([np.inf, -np.inf], dtype), descending, "exact").max()
+    probes = np.concatenate([zeros, [last_number]]).astype(okeys.dtype)
+    left = [int(i) for i in np.asarray(_host(searchsorted(okeys, probes, "left")))]
+    right = [int(i) for i in np.asarray(_host(searchsorted(okeys, probes, "right")))]
+    present = {int(z) for z, a, b in zip(zeros, left, right) if b > a}
+    first_nan = right[2]
+    if first_nan < len(okeys):
+        present |= {int(_host(okeys[first_nan])), int(_host(okeys[len(okeys) - 1]))}
+    return present
+
+
+def _host(x: Any) -> Any:
+    return x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else x
+
+
+def ties_differ(keys: set[int], dtype: Any, descending: bool) -> bool:
+    """Whether :func:`tie_keys` of all runs together hold two keys of one class.
+
+    Examples
+    --------
+    >>> both_zeros = {int(z) for z in encode(np.array([-0.0, 0.0]), False, "exact")}
+    >>> ties_differ(both_zeros, np.float64, False), ties_differ(set(), np.float64, False)
+    (True, False)
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f":
+        return False
+    zeros = {int(z) for z in encode(np.array([-0.0, 0.0], dtype), descending, "exact")}
+    return len(keys & zeros) > 1 or len(keys - zeros) > 1
 
 
 def order_dtype(dtype: Any, scheme: Scheme = "tied") -> np.dtype:

@@ -548,9 +548,13 @@ def task_costs(client: Any, start: float) -> dict[str, dict[str, float]]:
     Each phase of :data:`gpusort.graph.PHASES` (in its order), and the name
     prefix of any other task, maps to ``{"tasks": count, "seconds": compute
     seconds summed over its tasks, "bytes": their output bytes}``.  Clients
-    from :func:`cluster` record the task stream from the start.
+    from :func:`cluster` record the task stream from the start.  The
+    seconds of an exchange's phases, which run inside P2P's barrier task
+    (``shuffle``), come from the workers (:func:`gpusort.exchange.phase_seconds`).
     """
     from gpusort.graph import PHASES
+
+    from gpusort.exchange import phase_seconds as exchange_seconds
 
     costs: dict[str, dict[str, float]] = {phase: {"tasks": 0, "seconds": 0.0, "bytes": 0} for phase in PHASES}
     for task in client.get_task_stream(start=start):
@@ -558,7 +562,11 @@ def task_costs(client: Any, start: float) -> dict[str, dict[str, float]]:
         entry["tasks"] += 1
         entry["seconds"] += sum(s["stop"] - s["start"] for s in task["startstops"] if s["action"] == "compute")
         entry["bytes"] += task.get("nbytes", 0)
-    return {phase: entry for phase, entry in costs.items() if entry["tasks"]}
+    # An exchange runs its phases inside P2P's barrier task: each worker timed them.
+    for worker_seconds in client.run(exchange_seconds, start).values():
+        for phase, seconds in worker_seconds.items():
+            costs[phase]["seconds"] += seconds
+    return {phase: entry for phase, entry in costs.items() if entry["tasks"] or entry["seconds"]}
 
 
 def phase_seconds(client: Any, start: float) -> dict[str, float]:

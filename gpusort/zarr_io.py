@@ -66,7 +66,8 @@ from gpusort.api import as_dask, check_flag
 from gpusort.api import output_chunk, resolve_backend
 from gpusort.backends import BackendSpec, backend_spec, is_cupy, to_numpy
 from gpusort.budget import parse_budget
-from gpusort.graph import Runs, form_runs, merge_pieces
+from gpusort.chunks import merge_pieces
+from gpusort.graph import Runs, form_runs
 
 try:
     import fcntl

@@ -21,16 +21,20 @@ from reference import ref_argsort
 ONE_CHUNK_PER_TASK = {"gpusort.task-bytes": 0}
 
 
-def test_slabs_serialize_element_by_element():
-    """Arrays first: distributed must not pickle a slab message whole (a GPU slab would go via host)."""
+def test_messages_serialize_array_by_array():
+    """A message's arrays travel as frames: distributed must not pickle it whole (a GPU slice would go via host)."""
     keys, values = np.arange(100), np.arange(100.0)
-    slabs = exchange.cut_slabs(keys, values, np.array([0, 10, 60, 100]), [(0, 1), (2, 3)])
-    header, frames = serialize(to_serialize([(slabs, 7)]), serializers=("dask", "pickle"))
+    message = [(exchange._framed([keys[10:60], values[10:60]]), ("slabs", 0, 1, [(0, 2)], False))]
+    header, frames = serialize(to_serialize(message), serializers=("dask", "pickle"))
     flat = str(header)
-    assert "'serializer': 'dask'" in flat and flat.count("'type': 'numpy.ndarray'") >= 4, flat[:400]
-    assert [s[3] for s in slabs] == [0, 2]
-    np.testing.assert_array_equal(slabs[1][0], keys[60:100])
-    np.testing.assert_array_equal(slabs[0][2], [0, 10])
+    assert "'serializer': 'dask'" in flat and flat.count("'type': 'numpy.ndarray'") >= 2, flat[:400]
+    assert exchange._framed([])[0].size == 0  # a message without arrays still leads with one
+
+
+def test_consecutive_parts_and_one_run_per_worker():
+    assert exchange.consecutive([0, 1, 3, 4, 5, 9]) == [[0, 1], [3, 4, 5], [9]]
+    assert exchange.one_run_per_worker(np.dtype(np.int64), stable=False)
+    assert not exchange.one_run_per_worker(np.dtype(np.int64), stable=True)
 
 
 def test_contiguous_ranges_of_output_chunks():
@@ -71,12 +75,12 @@ def test_eight_workers_exact_with_bulk_messages(eight_workers):
     want = ref_argsort(x, descending=True)
     np.testing.assert_array_equal(v, want)
     np.testing.assert_array_equal(k.view(np.uint32), x[want].view(np.uint32))
-    # O(P + J) tasks: no term in P x J.
-    assert tasks <= 6 * (p + j) + 10, tasks
-    # Every run sends at most one message per other worker (its slabs are
-    # large enough to travel alone, or are batched with other runs'):
+    # O(P + J + W) tasks: no term in P x J.
+    assert tasks <= 3 * (p + j) + 8 + 10, tasks
+    # Three rounds between the W = 8 workers, each one message per ordered pair:
+    # samples, window keys, slices.  O(W^2), whatever P and J.
     messages = after["messages"] - before["messages"]
-    assert 0 < messages <= p * 7, messages
+    assert messages == 3 * 8 * 7, messages
     # Only what other workers merge travels: about 7/8 of the data, never more than all of it.
     moved = after["bytes"] - before["bytes"]
     assert 0.5 * (x.nbytes + 8 * n) <= moved <= x.nbytes + 8 * n, moved

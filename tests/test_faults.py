@@ -34,31 +34,70 @@ import gpusort
 
 
 class Sabotage(WorkerPlugin):
-    """Kill this worker process as an armed task starts executing.
+    """Kill this worker process as an armed task starts executing, or as an exchange reaches an armed step.
 
     ``arm(directory, layer, index)`` arms task ``index`` (the first key index
     after the name, ``None`` for one-task layers) of the layer whose name
-    starts with ``layer`` (``runs``, ``samples``, ``plan``, ``windows``,
-    ``splits``, ``slice``, ``merge``; fused names such as ``merge-sorted``
-    count as ``merge``).  ``times`` arms that many kills of the same task.
+    starts with ``layer`` (``runs``, ``splits``, ``merge``, ``transfer``,
+    ``shuffle``, ``sorted``; fused names such as ``merge-sorted`` count as
+    ``merge``), or, with ``index=None``, the step of an exchange that runs
+    inside P2P's barrier on every worker (:data:`EXCHANGE_STEPS`).  ``times``
+    arms that many kills of the same task.
     """
 
     def __init__(self, directory: str):
         self.directory = directory
+
+    def setup(self, worker):
+        from gpusort.exchange import SortRun
+
+        self.patched = {}
+        for step, method in EXCHANGE_STEPS.items():
+            real = self.patched[method] = getattr(SortRun, method)
+            setattr(SortRun, method, self._armed(step, real))
+
+    def teardown(self, worker):
+        from gpusort.exchange import SortRun
+
+        for method, real in self.patched.items():
+            setattr(SortRun, method, real)
+
+    def _armed(self, step, real):
+        import asyncio
+        import functools
+
+        if asyncio.iscoroutinefunction(real):
+            @functools.wraps(real)
+            async def wrapper(*args, **kwargs):
+                self.fire(f"exchange:{step}", None, step)
+                return await real(*args, **kwargs)
+        else:
+            @functools.wraps(real)
+            def wrapper(*args, **kwargs):
+                self.fire(f"exchange:{step}", None, step)
+                return real(*args, **kwargs)
+        return wrapper
 
     def transition(self, key, start, finish, **kwargs):
         if finish != "executing":
             return
         layer = key_split(key).split("-")[0]
         index = key[1] if isinstance(key, tuple) and len(key) > 1 else None
+        self.fire(layer, index, key)
+
+    def fire(self, layer, index, what):
         armed = os.path.join(self.directory, f"arm-{layer}-{index}")
         for n in range(8):  # the first live arm of this task, if any
             try:
                 os.rename(f"{armed}.{n}", f"{armed}.{n}.fired")
             except FileNotFoundError:
                 continue
-            Path(f"{armed}.{n}.fired").write_text(f"{os.getpid()} {key!r}")
+            Path(f"{armed}.{n}.fired").write_text(f"{os.getpid()} {what!r}")
             os._exit(1)
+
+
+#: Steps of an exchange (:class:`gpusort.exchange.SortRun`) a test can kill a worker at.
+EXCHANGE_STEPS = {"runs": "_form_runs", "samples": "_samples", "swap": "_swap", "merge": "_merge"}
 
 
 def arm(directory: Path, layer: str, index: int | None, times: int = 1) -> list[Path]:
@@ -131,12 +170,13 @@ def descending_order(x: np.ndarray) -> np.ndarray:
     return np.argsort(np.where(np.isnan(x), np.inf, -x), kind="stable")
 
 
-# One task per layer, roughly half way through its phase (12 runs, 10 output
-# chunks, one chunk per task): runs of the other worker are done, the killed
-# worker's runs, samples and windows are lost with it and must be recomputed;
-# a kill during the exchange (a transfer, the barrier, a merge) restarts it.
-PHASES = [("runs", 6), ("samples", 6), ("plan", None), ("windows", 6), ("splits", None),
-          ("transfer", 6), ("shuffle", None), ("merge", 5)]
+# One task per layer, roughly half way through its phase (12 input chunks, 10
+# output chunks, one chunk per task), and every step of the exchange inside
+# P2P's barrier: the killed worker's chunks are lost with it and recomputed,
+# and P2P restarts the exchange (transfers, the barrier, the sort on every
+# worker, the output views).
+PHASES = [("transfer", 6), ("shuffle", None), ("exchange:runs", None), ("exchange:samples", None),
+          ("exchange:swap", None), ("exchange:merge", None), ("sorted", 5)]
 ONE_CHUNK_PER_TASK = {"gpusort.task-bytes": 0}
 
 
@@ -164,7 +204,7 @@ def test_worker_killed_mid_phase_result_exact(client, layer, index):
 def test_worker_killed_twice_during_argsort_merges(client):
     n = 90_001
     x = skewed(7, n)
-    markers = arm(client.arms, "merge", 2, times=2)  # the retried task dies again
+    markers = arm(client.arms, "sorted", 2, times=2)  # the retried task dies again
     with dask.config.set(ONE_CHUNK_PER_TASK):
         got = client.compute(gpusort.argsort(da.from_array(x, chunks=7_000), descending=True), sync=True)
     assert len({fired_pid(m) for m in markers}) == 2
@@ -368,13 +408,15 @@ def test_sort_zarr_unreadable_chunk_error_names_the_chunk(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("layer, index", [("runs", 3), ("splits", None), ("transfer", 3), ("merge", 2)])
+@pytest.mark.parametrize("layer, index", [("runs", 3), ("splits", None), ("merge", 2),
+                                          ("transfer", 3), ("exchange:swap", None), ("sorted", 2)])
 def test_worker_killed_on_local_cuda_cluster(tmp_path, layer, index):
+    """One GPU worker runs the graph of one process; several exchange, and are killed in the exchange."""
     cupy = pytest.importorskip("cupy")
     dask_cuda = pytest.importorskip("dask_cuda")
-    gpus = cupy.cuda.runtime.getDeviceCount()
-    if layer == "transfer" and gpus < 2:
-        pytest.skip("the exchange's transfer tasks run between two or more GPU workers")
+    gpus = 1 if layer in ("runs", "splits", "merge") else cupy.cuda.runtime.getDeviceCount()
+    if gpus < 2 and layer not in ("runs", "splits", "merge"):
+        pytest.skip("the exchange runs between two or more GPU workers")
     with dask_cuda.LocalCUDACluster(n_workers=gpus, dashboard_address=None) as cluster, Client(cluster) as client:
         client.register_plugin(Sabotage(str(tmp_path)), name="sabotage")
         n = 2_000_000

@@ -29,15 +29,22 @@ class Backend(Protocol):
     (:mod:`gpusort.composite`), and values that are ``(n, bytes)`` uint8
     records (several arrays carried together).  ``values`` may be ``None``
     (keys only).  Inputs are
-    never modified.  Arrays come back in the memory space they came from: a
+    never modified, unless a caller says they may be (``overwrite``).  Arrays come back in the memory space they came from: a
     NumPy chunk handed to the CuPy backend is staged to the GPU and returned
     as NumPy (the out-of-core path).
     """
 
     name: str
 
-    def sort_run(self, keys: Any, values: Any = None) -> Pair:
-        """Stable ascending sort of one chunk of order keys (NaN last)."""
+    def sort_run(self, keys: Any, values: Any = None, *, overwrite: bool = False) -> Pair:
+        """Stable ascending sort of one chunk of order keys (NaN last).
+
+        ``overwrite``: the arrays are the caller's temporaries, and the sort
+        may use their memory (and return it).
+        """
+
+    def run_limit(self, like: Any) -> int:
+        """The most bytes of keys and values that one :meth:`sort_run` should take, in the memory of ``like``."""
 
     def merge_runs(self, runs: Sequence[Pair]) -> Pair:
         """Stable k-way merge of sorted runs; ties keep run order."""
@@ -104,6 +111,16 @@ def namespace(x: Any) -> Any:
     import numpy
 
     return numpy
+
+
+def synchronize(x: Any) -> None:
+    """Wait until the GPU has written ``x`` (a CuPy array); nothing for host arrays.
+
+    Arrays about to leave the process through comms that do not order
+    themselves after the kernels that wrote them must wait for them.
+    """
+    if is_cupy(x):
+        x.device.synchronize()
 
 
 def to_numpy(x: Any) -> Any:

@@ -42,6 +42,11 @@ DEFAULT_FRACTION = 0.5
 #: 6.8 MB allocation with 43.6 MB held (H100, test_gpu_e2e).
 PLAN_FRACTION = 0.75
 
+#: Copies of a run's data a sort of CuPy chunks holds at its peak beyond the inputs:
+#: the concatenation and the sorted copy, the bucket pass's scatter or a merge
+#: pass's other buffer, and room for the exchange's slices after it.
+RUN_COPIES = 4
+
 _memories: dict[tuple[int, int], staging.GpuMemory] = {}
 _defaults: dict[int, int] = {}
 _memories_lock = threading.Lock()
@@ -132,14 +137,29 @@ class CupyBackend:
         """This backend with another GPU memory budget."""
         return _backend(gpu_memory_budget)
 
-    def sort_run(self, keys: Any, values: Any = None) -> Pair:
+    def sort_run(self, keys: Any, values: Any = None, *, overwrite: bool = False) -> Pair:
         if keys.ndim == 2 or values is not None and values.ndim == 2:
             return _sort_wide(keys, values)
         if isinstance(keys, np.ndarray):
             with cupy.cuda.Device(thread_device()):
                 return _host_sort(keys, values, gpu_memory(self.gpu_memory_budget))
         k, v = _to_device(keys), _to_device(values)
+        if overwrite and k.dtype in kernels.KEY_TYPES and k.dtype not in kernels.EXACT_FLOATS \
+                and (v is None or v.dtype.itemsize in _MOVABLE):
+            # The caller's temporary is one of the sort's two buffers: two
+            # copies of the data on the GPU, not three.
+            out_k, out_v = kernels.mergesort(k, None if v is None else _bits(v), overwrite_input=True)
+            return out_k, None if v is None else out_v.view(v.dtype)
         return (gpu.sort(k), None) if v is None else gpu.sort_pairs(k, v)
+
+    def run_limit(self, like: Any) -> int:
+        if isinstance(like, np.ndarray):  # the out-of-core path cuts its steps to the budget itself
+            return 2**63
+        with cupy.cuda.Device(like.device.id):
+            free, _ = cupy.cuda.runtime.memGetInfo()
+            pool = cupy.get_default_memory_pool()
+            # A run's sort holds it, its sorted copy and the pass's scratch, beside the inputs.
+            return (free + pool.free_bytes()) // RUN_COPIES
 
     def merge_runs(self, runs: Sequence[Pair]) -> Pair:
         if not runs:
@@ -315,12 +335,6 @@ def _staged(parts: Sequence[np.ndarray]) -> cupy.ndarray:
     return out
 
 
-@functools.cache
-def _sm_count(device: int) -> int:
-    """Streaming multiprocessors of CUDA device ``device``."""
-    return cupy.cuda.runtime.deviceGetAttribute(cupy.cuda.runtime.cudaDevAttrMultiProcessorCount, device)
-
-
 #: Keys each thread of the fused pass loads before it compares any, so that
 #: enough loads are in flight to read at the memory's speed: on the H200,
 #: 2^26 int64 keys took 0.44 ms at one key a thread (an elementwise kernel),
@@ -395,7 +409,7 @@ def encoded_beyond(blocks: Sequence[cupy.ndarray], pivot: Any, complement: bool,
     for keys in blocks:
         if keys.size:
             # 8 blocks of 256 threads fill an SM; each loops over tiles until the keys run out.
-            grid = min(-(-keys.size // (BEYOND_ITEMS * BEYOND_THREADS)), 8 * _sm_count(keys.device.id))
+            grid = min(-(-keys.size // (BEYOND_ITEMS * BEYOND_THREADS)), 8 * kernels.sm_count(keys.device.id))
             kernel((grid,), (BEYOND_THREADS,), (cupy.ascontiguousarray(keys).view(u), np.int64(keys.size), pivot,
                                                  np.bool_(dtype.kind == "f"), u.type(sign), u.type(nans),
                                                  np.bool_(complement), np.uint64(room), out, slot))

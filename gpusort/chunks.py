@@ -1,0 +1,86 @@
+"""What one task does with chunks: check what they declare, sort them into a run, merge pieces back into keys.
+
+Every path that sorts -- the graph in one process (:mod:`gpusort.graph`), the
+exchange between workers (:mod:`gpusort.exchange`) and the external sort
+(:mod:`gpusort.zarr_io`) -- checks its input chunks, encodes order keys
+(:mod:`gpusort.order`) and decodes merged pieces through these functions, so
+they agree on every chunk's bits.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from gpusort import order
+from gpusort.backends import Pair, get_backend, namespace
+
+Declared = tuple[int, int, np.dtype, "np.dtype | None"]
+"""``(chunk index, length, key dtype, value dtype)``: what the Dask array says a chunk holds."""
+
+
+def gathered(declared: Sequence[Declared], offset: int | None, chunks: Sequence[Any]) -> Pair:
+    """Consecutive input chunks ``(keys, values, keys, values, ...)`` as one pair, checked against ``declared``.
+
+    With ``offset`` (argsort) the values are the global positions of the keys,
+    from ``offset`` on.  The splitters trust the declared chunk lengths, so a
+    chunk that loads short, long or as another dtype would silently lose or
+    garble elements downstream: it is stopped here, by name.  Byte order
+    alone may differ.
+
+    Examples
+    --------
+    >>> gathered([(0, 2, np.dtype(int), None), (1, 1, np.dtype(int), None)], 10,
+    ...          [np.array([5, 4]), None, np.array([3]), None])
+    (array([5, 4, 3]), array([10, 11, 12]))
+    """
+    keys, values = chunks[0::2], chunks[1::2]
+    for (k, length, dtype, value_dtype), kc, vc in zip(declared, keys, values):
+        for what, got, want in (("keys", kc, dtype), ("values", vc, value_dtype)):
+            if got is not None and (len(got) != length or not np.can_cast(got.dtype, want, "equiv")):
+                raise ValueError(
+                    f"input chunk {k} loaded {len(got)} {what} of dtype {got.dtype}, but its dask array "
+                    f"declares {length} of dtype {want}: fix the source of chunk {k}, or declare the "
+                    "array's real chunks and dtype"
+                )
+    xp = namespace(keys[0])
+    keys = concatenate(keys, declared[0][2])
+    if offset is not None:
+        return keys, xp.arange(offset, offset + len(keys), dtype=np.int64)
+    if values[0] is None:
+        return keys, None
+    return keys, concatenate(values, declared[0][3])
+
+
+def concatenate(parts: Sequence[Any], dtype: Any = None) -> Any:
+    """``parts`` end to end, in the dtype given: concatenate alone would make it native-endian."""
+    if len(parts) == 1:
+        return parts[0]
+    return namespace(parts[0]).concatenate(parts, dtype=dtype)
+
+
+def sort_pair(backend: Any, descending: bool, scheme: order.Scheme, keys: Any, values: Any,
+              overwrite: bool = False) -> Pair:
+    """One run: the order keys of ``keys``, sorted on ``backend``, with ``values`` carried stably.
+
+    ``overwrite``: ``keys`` and ``values`` are the caller's temporaries (a
+    concatenation), whose memory the sort may use.
+    """
+    okeys = order.encode(keys, descending, scheme)
+    return get_backend(backend).sort_run(okeys, values, overwrite=overwrite)
+
+
+def sort_chunks(backend: Any, descending: bool, scheme: order.Scheme, offset: int | None,
+                declared: Sequence[Declared], *chunks: Any) -> Pair:
+    """One run of consecutive input chunks (:func:`gathered`, then :func:`sort_pair`).
+
+    Several chunks are concatenated into a temporary, which the sort may use.
+    """
+    return sort_pair(backend, descending, scheme, *gathered(declared, offset, chunks), overwrite=len(declared) > 1)
+
+
+def merge_pieces(backend: Any, dtype: np.dtype, descending: bool, scheme: order.Scheme, pieces: list[Pair]) -> Pair:
+    """One block of output: the k-way merge of its pieces (in run order), decoded to ``dtype``."""
+    okeys, values = get_backend(backend).merge_runs(pieces)
+    return order.decode(okeys, dtype, descending, scheme), values
