@@ -28,8 +28,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import os
 import re
 import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -303,22 +306,25 @@ def instantiations(arch: int) -> list[str]:
         nt, vt = launch_box(arch, key.itemsize)
         for descending in ORDERS:
             names.update(dict.fromkeys(encoding_expressions(nt, vt, key, descending).values()))
+    for key in KEY_TYPES:
+        names.update(dict.fromkeys(verify_expressions(key).values()))
     return list(names)
 
 
 @functools.cache
-def source() -> str:
-    """What NVRTC compiles: the version and a digest of every source file, then the includes.
+def source(unit: str = "gpusort.cu") -> str:
+    """What NVRTC compiles: the version and a digest of every source file, then the translation unit.
 
     CuPy's cache key covers this text but not the headers it includes; the
-    digest makes any edit under kernels/ a new key.
+    digest makes any edit under kernels/ a new key.  ``unit`` is
+    ``gpusort.cu`` (the sort's kernels) or ``verify.cu`` (verification's).
     """
     digest = hashlib.sha256()
     for path in sorted(kernels_dir().glob("*.cu*")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return (
         f"// gpusort kernels {version()}, sources sha256 {digest.hexdigest()[:16]}\n"
-        '#include "gpusort.cu"\n'
+        f'#include "{unit}"\n'
     )
 
 
@@ -330,11 +336,11 @@ class KernelCompileError(RuntimeError):
     """NVRTC rejected the kernels; the message has the options and the numbered source."""
 
 
-def _explain(exc: Exception, opts: tuple[str, ...]) -> str:
+def _explain(exc: Exception, opts: tuple[str, ...], unit: str) -> str:
     """The NVRTC log with the options, the numbered source and each cited line in context."""
     log = str(exc)
     parts = [f"NVRTC could not compile gpusort's kernels\noptions: {' '.join(opts)}\n{log}"]
-    parts.append("source:\n" + _numbered(source().splitlines(), 1, 10**9))
+    parts.append("source:\n" + _numbered(source(unit).splitlines(), 1, 10**9))
     for name, line in dict.fromkeys(re.findall(r"([\w.]+\.cuh?)\((\d+)\)", log)):
         path = kernels_dir() / Path(name).name
         if path.is_file():
@@ -425,35 +431,167 @@ def _arch(device: int) -> int:
         return int(dev.compute_capability)
 
 
-def _compile(device: int, names: dict) -> dict:
-    """``names`` (kind -> name expression) compiled into one module and loaded on ``device``."""
+#: Kernels compiled together, as one NVRTC program: a module's families
+#: compile at once, in threads (NVRTC releases the GIL), so a first call waits
+#: for its slowest family, not for the sum of them.
+FAMILIES = {
+    "blocksort": "sort", "blocksort_positions": "sort", "blocksort_bits": "sort",
+    "merge": "merge", "partition": "merge", "partition_group": "merge", "merge_positions": "merge",
+    "merge_bits": "merge",
+    "merge_four": "four", "partition_four": "four", "merge_four_positions": "four",
+    "sample_splitters": "buckets", "bucket_count": "buckets", "bucket_bases": "buckets", "bucket_scatter": "buckets",
+    "tie_bounds": "ties", "tie_count": "ties", "tie_gather": "ties",
+}
+
+
+def _compile(device: int, names: dict, unit: str = "gpusort.cu") -> dict:
+    """``names`` (kind -> name expression) compiled, family by family at once, and loaded on ``device``."""
+    families: dict[str, dict] = {}
+    for kind, name in names.items():
+        families.setdefault(FAMILIES.get(kind, kind), {})[kind] = name
+    if len(families) == 1:
+        return _compile_one(device, names, unit)
+    with ThreadPoolExecutor(len(families), thread_name_prefix="gpusort-nvrtc") as pool:
+        compiled = list(pool.map(lambda family: _compile_one(device, family, unit), families.values()))
+    return {kind: kernel for family in compiled for kind, kernel in family.items()}
+
+
+def _compile_one(device: int, names: dict, unit: str) -> dict:
+    """``names`` compiled into one module (or read from CuPy's cache) and loaded on ``device``."""
     import cupy
 
     opts = options()
-    module = cupy.RawModule(code=source(), options=opts, name_expressions=list(names.values()))
+    module = cupy.RawModule(code=source(unit), options=opts, name_expressions=list(names.values()))
     try:
         with cupy.cuda.Device(device):
             return {kind: module.get_function(name) for kind, name in names.items()}
     except cupy.cuda.compiler.CompileException as exc:
-        raise KernelCompileError(_explain(exc, opts)) from None
+        raise KernelCompileError(_explain(exc, opts, unit)) from None
 
 
-@functools.cache
+def _once(build: Callable) -> Callable:
+    """``build`` memoized by its arguments, each computed once even when threads ask at once.
+
+    ``functools.cache`` lets every thread that misses compute the value:
+    a worker's threads all starting a sort would compile the same module
+    side by side, each slower for the others.  Here the first thread builds
+    it and the others wait for it.
+    """
+    done: dict[tuple, Future] = {}
+    lock = threading.Lock()
+
+    @functools.wraps(build)
+    def get(*args):
+        with lock:
+            future = done.get(args)
+            mine = future is None
+            if mine:
+                future = done[args] = Future()
+        if mine:
+            try:
+                future.set_result(build(*args))
+            except BaseException as exc:
+                with lock:
+                    del done[args]  # a failed build is tried again by the next caller
+                future.set_exception(exc)
+        return future.result()
+
+    return get
+
+
+@_once
 def _load(device: int, key: np.dtype, value_size: int, descending: bool) -> Kernels:
     nt, vt = launch_box(_arch(device), key.itemsize, value_size)
     return Kernels(nt, vt, **_compile(device, expressions(nt, vt, key, value_size, descending)))
 
 
-@functools.cache
+@_once
 def _load_packing(device: int, key: np.dtype, descending: bool) -> Packing:
     nt, vt = launch_box(_arch(device), WORD.itemsize)
     return Packing(nt, vt, **_compile(device, packing_expressions(nt, vt, key, descending)))
 
 
-@functools.cache
+@_once
 def _load_encoding(device: int, key: np.dtype, descending: bool) -> Encoding:
     nt, vt = launch_box(_arch(device), key.itemsize)
     return Encoding(nt, vt, **_compile(device, encoding_expressions(nt, vt, key, descending)))
+
+
+#: Threads per CTA of the verification kernel (kernels/kernel_verify.cuh).
+VERIFY_NT = 256
+
+
+def verify_expressions(key: np.dtype) -> dict:
+    """The ``name_expressions`` of verification's module for ``key``: one kernel per direction."""
+    k = KEY_TYPES[np.dtype(key)]
+    return {descending: f"gpusort::kernel_verify<{VERIFY_NT}, {k}, {ORDERS[descending]}>" for descending in ORDERS}
+
+
+@_once
+def _load_verify(device: int, key: np.dtype) -> dict:
+    return _compile_one(device, verify_expressions(key), "verify.cu")
+
+
+def precompile(threads: int | None = None) -> int:
+    """Compile every kernel module for the current device, in parallel, into CuPy's on-disk cache.
+
+    A process that finds a module in the cache loads it in milliseconds;
+    one that does not compiles it when a call first needs it (a second or
+    two a module).  Run this once on a new machine -- ``gpusort compile``
+    does -- to pay every compile at once, on every core.  Returns the number
+    of modules.
+
+    Examples
+    --------
+    >>> gpusort.kernels.precompile() > 100  # doctest: +SKIP
+    True
+    """
+    import cupy
+
+    device = cupy.cuda.Device().id
+    jobs: list[tuple[Callable, tuple]] = [(_load, (device, key, vs, d)) for key in KEY_TYPES
+                                          for vs in VALUE_TYPES for d in ORDERS]
+    jobs += [(_load_packing, (device, key, d)) for key in filter(packs, KEY_TYPES) for d in ORDERS]
+    jobs += [(_load_encoding, (device, key, d)) for key in EXACT_FLOATS for d in ORDERS]
+    jobs += [(_load_verify, (device, key)) for key in KEY_TYPES]
+    with ThreadPoolExecutor(threads or os.cpu_count() or 1, thread_name_prefix="gpusort-precompile") as pool:
+        for future in [pool.submit(load, *args) for load, args in jobs]:
+            future.result()
+    return len(jobs)
+
+
+def scan(keys, hashed: int, ordered: int, descending: bool) -> tuple[int, int | None]:
+    """One pass over 1-D CuPy ``keys``: the checksum of ``keys[:hashed]`` and the first out-of-order pair.
+
+    The checksum is the sum, mod 2**64, of SplitMix64's finalizer of every
+    key's bits zero-extended to 64 (:mod:`gpusort.verification` computes the
+    same on the host).  The pair is the first ``i < ordered - 1`` with
+    ``keys[i + 1]`` before ``keys[i]`` in the kernels' order (NaN last,
+    ``-0.0`` tied with ``0.0``; ``descending`` reverses the numbers), or
+    ``None``.  One small module a dtype, so a first verification compiles in
+    well under a second; the host reads back two numbers.
+    """
+    import cupy
+
+    key = np.dtype(np.uint8) if keys.dtype == np.bool_ else np.dtype(keys.dtype)
+    device = keys.device.id
+    kernel = _load_verify(device, key)[bool(descending)]
+    out = cupy.asarray(np.array([0, ordered], dtype=np.int64))  # a copy up: no fill kernel to compile
+    span = max(hashed, ordered - 1)
+    if span > 0:
+        grid = min(-(-span // VERIFY_NT), 8 * sm_count(device))
+        kernel((grid,), (VERIFY_NT,), (cupy.ascontiguousarray(keys).view(key), np.int64(hashed), np.int64(ordered),
+                                      out[:1].view(np.uint64), out[1:]))
+    checksum, bad = out.get().tolist()
+    return checksum % 2**64, None if bad >= ordered else bad
+
+
+@functools.cache
+def sm_count(device: int) -> int:
+    """Streaming multiprocessors of CUDA device ``device``."""
+    import cupy
+
+    return cupy.cuda.runtime.deviceGetAttribute(cupy.cuda.runtime.cudaDevAttrMultiProcessorCount, device)
 
 
 def kernels(key: np.dtype, value_size: int, descending: bool) -> Kernels:

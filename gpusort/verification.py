@@ -13,7 +13,8 @@ It runs at memory speed, on the GPU where the worker has one
 (``device="auto"``): CuPy chunks are checked where they are, NumPy chunks
 stream up through :mod:`gpusort.staging`'s pinned slots in pieces of
 :data:`GPU_PIECE` elements (the host link at ~25-30 GB/s outruns the CPU's
-hash), one fused kernel hashing each piece.  On the CPU the chunks go in
+hash), and one pass of gpusort's own kernel (:func:`gpusort.kernels.scan`,
+one small module a dtype) hashes each piece and checks its order.  On the CPU the chunks go in
 parallel (Dask's threads; NumPy releases the GIL), each in one pass over
 cache-sized slices that hashes and checks the order while the slice is in
 cache.
@@ -28,8 +29,8 @@ from typing import Any
 import dask
 import numpy as np
 
-from gpusort import order
-from gpusort.backends import is_cupy
+from gpusort import kernels, order
+from gpusort.backends import is_cupy, to_numpy
 from gpusort.api import check_flag
 from gpusort.zarr_io import as_dask_array, compute
 
@@ -248,20 +249,8 @@ def _gpu_here() -> bool:
 
 
 def _gpu_scan(block: Any, descending: bool | None) -> tuple[int, int | None]:
-    """:func:`_scan` of a CuPy chunk, on its GPU: one fused kernel for the checksum."""
-    return _gpu_checksum(block), None if descending is None else _gpu_first_unsorted(block, descending)
-
-
-def _gpu_checksum(block: Any) -> int:
-    return int(_splitmix_sum()(_bits(block))) % _MOD
-
-
-def _gpu_first_unsorted(block: Any, descending: bool) -> int | None:
-    if len(block) < 2:
-        return None
-    okeys = order.encode(block, descending, "tied")
-    wrong = okeys[:-1] > okeys[1:]
-    return int(wrong.argmax()) if bool(wrong.any()) else None
+    """:func:`_scan` of a CuPy chunk, on its GPU: one pass of gpusort's verification kernel."""
+    return kernels.scan(block, len(block), 0 if descending is None else len(block), bool(descending))
 
 
 def _staged_scan(block: np.ndarray, descending: bool | None) -> tuple[int, int | None]:
@@ -283,31 +272,13 @@ def _staged_scan(block: np.ndarray, descending: bool | None) -> tuple[int, int |
             b = min(n, a + GPU_PIECE)
             m = min(n, b + 1) - a
             staging.to_device(block[a:a + m], piece[:m])
-            total += _gpu_checksum(piece[:b - a])
-            if descending is not None and bad is None:
-                local = _gpu_first_unsorted(piece[:m], descending)
-                bad = None if local is None else a + local
+            checksum, local = kernels.scan(piece[:m], b - a, 0 if descending is None or bad is not None else m,
+                                           bool(descending))
+            total += checksum
+            if local is not None:
+                bad = a + local
         work.synchronize()
     return total % _MOD, bad
-
-
-@functools.cache
-def _splitmix_sum() -> Any:
-    import cupy
-
-    return cupy.ReductionKernel(
-        "T key_bits", "uint64 total",
-        "gpusort_mix64((unsigned long long)key_bits)",  # unsigned T: zero-extended, as on the CPU
-        "a + b", "total = a", "0", "gpusort_splitmix_sum",
-        preamble="""
-        __device__ unsigned long long gpusort_mix64(unsigned long long z) {
-            z += 0x9E3779B97F4A7C15ull;
-            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-            return z ^ (z >> 31);
-        }
-        """,
-    )
 
 
 def _count_and_checksum(block: Any, device: str) -> tuple[int, int]:
@@ -317,14 +288,18 @@ def _count_and_checksum(block: Any, device: str) -> tuple[int, int]:
 def _chunk_facts(block: Any, descending: bool, device: str) -> _ChunkFacts:
     n = len(block)
     checksum, bad = _scan_chunk(block, descending, device)
-    ends = order.encode(block[[0, -1]], descending, "tied") if n else None
+    # A few elements to the host by copies (slices), not by CuPy kernels that
+    # a first call would compile.
+    ends = to_numpy(block[:1]), to_numpy(block[n - 1:])
+    pair = None if bad is None else to_numpy(block[bad:bad + 2])
+    okeys = order.encode(np.concatenate(ends), descending, "tied") if n else None
     return _ChunkFacts(
         n=n,
         checksum=checksum,
         bad=bad,
-        bad_pair=None if bad is None else (str(block[bad]), str(block[bad + 1])),
-        ends=(ends[0].item(), ends[1].item()) if n else None,
-        end_values=(str(block[0]), str(block[-1])) if n else None,
+        bad_pair=None if bad is None else (str(pair[0]), str(pair[1])),
+        ends=(okeys[0].item(), okeys[1].item()) if n else None,
+        end_values=(str(ends[0][0]), str(ends[1][0])) if n else None,
     )
 
 

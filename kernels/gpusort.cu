@@ -30,6 +30,7 @@
 //                              stage a tile by bucket
 //   merge_pass.cuh             which runs a merge pass pairs (or groups) up
 //   kernel_*.cuh               __global__ entry points, thin
+// verify.cu is a second translation unit, of kernel_verify.cuh alone.
 // Templates: NT, VT (tuning, chosen by gpusort/kernels.py), Key (signed char
 // .. unsigned long long, gpusort::f16, float, double), Value (no_value or an
 // unsigned integer of the values' width: values are moved, never compared)
@@ -43,3 +44,4 @@
 #include "kernel_buckets.cuh"
 #include "kernel_splitters.cuh"
 #include "kernel_ties.cuh"
+#include "kernel_verify.cuh"

@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
+import os
+import time
 import zlib
 
 import numpy as np
 import pytest
 
 from gpusort import runtime
+
+
+def pytest_sessionstart(session):
+    """On a GPU machine, compile every kernel module first, in parallel, into CuPy's on-disk cache.
+
+    Tests would otherwise compile modules one after another as each first
+    needs one (most of a fresh GPU suite's time); with pytest-xdist only the
+    controller does it, and every worker then loads from the cache.
+    ``GPUSORT_PRECOMPILE=0`` skips it.
+    """
+    if hasattr(session.config, "workerinput") or os.environ.get("GPUSORT_PRECOMPILE") == "0":
+        return
+    if not runtime.gpus()[0]:
+        return
+    from gpusort import kernels
+
+    start = time.perf_counter()
+    modules = kernels.precompile()
+    print(f"\ngpusort: {modules} kernel modules ready in {time.perf_counter() - start:.1f} s")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -132,14 +132,19 @@ def test_data_several_times_the_budget_and_measured_peak_within_it(client, budge
 
 
 def test_pinned_staging_is_the_setting_however_much_data():
-    """A fresh process with ``gpusort.pinned-bytes`` of 4 MiB sorts 128 MiB of host keys through those 4 MiB."""
+    """A fresh process with ``gpusort.pinned-bytes`` of 4 MiB sorts 128 MiB of host keys through 4 MiB a GPU.
+
+    The setting is per GPU: threads of one process spread over every GPU it sees.
+    """
     code = (
         "import dask.array as da, numpy as np, gpusort\n"
         "from gpusort.backends.cupy import memory_stats\n"
         "x = np.random.default_rng(3).integers(-2**62, 2**62, 2**24)\n"
         "y = gpusort.sort(da.from_array(x, chunks=2**21), backend='cupy', gpu_memory_budget='64MiB')\n"
         "assert (y.compute(scheduler='threads') == np.sort(x)).all()\n"
-        "assert memory_stats()['pinned_bytes'] == 4 * 2**20, memory_stats()\n"
+        "stats = memory_stats()\n"
+        "gpus = {device for device, _ in stats['pools']}\n"
+        "assert stats['pinned_bytes'] == 4 * 2**20 * len(gpus), stats\n"
     )
     env = {**os.environ, "DASK_GPUSORT__PINNED_BYTES": "4MiB"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300)
