@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from gpusort import order
-from gpusort.backends import Pair, get_backend, namespace
+from gpusort.backends import Pair, get_backend, in_order, namespace, to_numpy
 
 Declared = tuple[int, int, np.dtype, "np.dtype | None"]
 """``(chunk index, length, key dtype, value dtype)``: what the Dask array says a chunk holds."""
@@ -68,7 +68,10 @@ def sort_pair(backend: Any, descending: bool, scheme: order.Scheme, keys: Any, v
     concatenation), whose memory the sort may use.
     """
     okeys = order.encode(keys, descending, scheme)
-    return get_backend(backend).sort_run(okeys, values, overwrite=overwrite)
+    sorter = get_backend(backend)
+    if okeys.ndim == 1 and sorter.is_sorted(okeys):  # sorted input needs no sort: a sample says which
+        return okeys, values
+    return sorter.sort_run(okeys, values, overwrite=overwrite)
 
 
 def sort_chunks(backend: Any, descending: bool, scheme: order.Scheme, offset: int | None,
@@ -81,6 +84,30 @@ def sort_chunks(backend: Any, descending: bool, scheme: order.Scheme, offset: in
 
 
 def merge_pieces(backend: Any, dtype: np.dtype, descending: bool, scheme: order.Scheme, pieces: list[Pair]) -> Pair:
-    """One block of output: the k-way merge of its pieces (in run order), decoded to ``dtype``."""
-    okeys, values = get_backend(backend).merge_runs(pieces)
+    """One block of output: the k-way merge of its pieces (in run order), decoded to ``dtype``.
+
+    Pieces that follow one another (each one's last key not after the
+    next one's first, as of sorted input) are concatenated, not merged.
+    """
+    if disjoint([keys for keys, _ in pieces]):
+        okeys = concatenate([k for k, _ in pieces], pieces[0][0].dtype)
+        values = None if pieces[0][1] is None else concatenate([v for _, v in pieces], pieces[0][1].dtype)
+    else:
+        okeys, values = get_backend(backend).merge_runs(pieces)
     return order.decode(okeys, dtype, descending, scheme), values
+
+
+def disjoint(runs: Sequence[Any]) -> bool:
+    """Whether sorted 1-D runs follow one another: their concatenation is sorted.
+
+    Reads two keys a run, where it lives.
+
+    Examples
+    --------
+    >>> disjoint([np.array([1, 2]), np.array([], int), np.array([2, 5])]), disjoint([np.array([1, 3]), np.array([2])])
+    (True, False)
+    """
+    ends = [(to_numpy(r[:1])[0], to_numpy(r[-1:])[0]) for r in runs if len(r) and r.ndim == 1]
+    if len(ends) != sum(1 for r in runs if len(r)):
+        return False  # rows of composite keys: merged
+    return all(in_order(last, first) for (_, last), (first, _) in zip(ends, ends[1:]))

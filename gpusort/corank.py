@@ -106,11 +106,7 @@ def plan_windows(
     if total == 0:
         zeros = np.zeros((len(ranks), nruns), dtype=np.int64)
         return zeros, zeros.copy()
-    # Merged sample order: a stable sort of the run-major concatenation breaks
-    # ties by (run, position), the same strict order the runs are merged in.
-    order = argsort_rows(np.concatenate(samples))
-    merged_index = np.empty(total, dtype=np.int64)
-    merged_index[order] = np.arange(total, dtype=np.int64)
+    merged_index = _merged_index(samples, counts)
     # Make merged indices increase across the concatenation (run k shifted by
     # k·(total+1)), so one searchsorted answers "how many samples of run k sit
     # before merged index i" for every (i, k) at once.
@@ -134,6 +130,34 @@ def plan_windows(
     hi = np.minimum(q * g, lengths[None, :])
     hi[past] = lengths
     return lo.astype(np.int64), hi.astype(np.int64)
+
+
+#: Runs up to which :func:`_merged_index` counts by binary searches rather than a sort.
+SEARCHED_RUNS = 8
+
+
+def _merged_index(samples: Sequence[np.ndarray], counts: np.ndarray) -> np.ndarray:
+    """Every sample's index in the merge of all samples in the strict order ``(key, run, position)``.
+
+    For a few runs of 1-D keys, counted: sample ``i`` of run ``k`` has ``i``
+    samples of its own run before it, and of each other run ``m`` those below
+    it, or not above it when ``m < k`` (``searchsorted``).  Otherwise a stable
+    sort of the run-major concatenation, which breaks ties the same way.
+    """
+    total = int(counts.sum())
+    if len(samples) > SEARCHED_RUNS or any(s.ndim == 2 for s in samples):
+        order = argsort_rows(np.concatenate(samples))
+        merged = np.empty(total, dtype=np.int64)
+        merged[order] = np.arange(total, dtype=np.int64)
+        return merged
+    parts = []
+    for k, s in enumerate(samples):
+        index = np.arange(len(s), dtype=np.int64)
+        for m, other in enumerate(samples):
+            if m != k and len(other):
+                index += np.searchsorted(other, s, "right" if m < k else "left")
+        parts.append(index)
+    return np.concatenate(parts)
 
 
 def refine_splits(

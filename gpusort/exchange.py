@@ -73,7 +73,7 @@ from distributed.utils import sync
 from distributed.utils_comm import retry
 
 from gpusort import chunks, corank, order
-from gpusort.backends import get_backend, synchronize
+from gpusort.backends import get_backend, in_order, synchronize, to_numpy
 
 #: Below this many bytes a message travels as one pickled blob rather than as
 #: frames (distributed's own threshold for P2P shards).
@@ -121,7 +121,7 @@ def _count(**amounts: int) -> None:
             _sent[k] += v
 
 
-def one_run_per_worker(key_dtype: Any, stable: bool) -> bool:
+def one_run_per_worker(stable: bool) -> bool:
     """Whether a worker may sort all its chunks as one run, whichever chunks it holds.
 
     A run of chunks that are not consecutive puts its ties in an order the
@@ -293,11 +293,12 @@ class SortRun(ShuffleRun[int, Any]):
             t1 = time.perf_counter()
             g = corank.sample_stride(spec.edges[-1], len(self.owners) if merge_all else spec.nparts,
                                      len(self.rows) - 2)
-            samples, ties = await self.offload(self._samples, runs, g, merge_all)
+            samples, ties, lasts = await self.offload(self._samples, runs, g, merge_all)
             described = await self._all_to_all(("samples", attempt), samples,
-                                               ([r.label for r in runs], [len(r.keys) for r in runs], ties), me)
-            everyone = sorted((label, length, sample) for arrays, header in described
-                              for label, length, sample in zip(header[3], header[4], arrays))
+                                               ([r.label for r in runs], [len(r.keys) for r in runs], ties, lasts),
+                                               me)
+            everyone = sorted((label, length, sample, last) for arrays, header in described
+                              for label, length, sample, last in zip(header[3], header[4], arrays, header[6]))
             if not merge_all or not order.ties_differ(set().union(*(h[5] for _, h in described)),
                                                       spec.key_dtype, spec.descending):
                 break
@@ -308,12 +309,18 @@ class SortRun(ShuffleRun[int, Any]):
             self._inputs.clear()
         labels, lengths = [e[0] for e in everyone], [e[1] for e in everyone]
         index = {label: i for i, label in enumerate(labels)}
-        inner = np.array(sorted(self.rows)[1:-1], dtype=np.int64)
-        plan = await self.offload(corank.plan_windows, [e[2] for e in everyone], lengths, inner, g)
-        windows = await self.offload(lambda: [corank.window_keys(r.keys, plan, index[r.label]) for r in runs])
-        received = await self._all_to_all(("windows", attempt), windows, ([r.label for r in runs],), me)
-        by_label = {label: w for arrays, header in received for label, w in zip(header[3], arrays)}
-        splits = await self.offload(corank.split_vectors, lengths, inner, plan, [by_label[lb] for lb in labels])
+        cuts = np.array(sorted(self.rows), dtype=np.int64)
+        if _follow(everyone):  # sorted input: each run's keys come after the last run's
+            starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+            splits = np.clip(cuts[:, None] - starts[None, :], 0, np.array(lengths)[None, :])
+        else:
+            inner = cuts[1:-1]
+            plan = await self.offload(corank.plan_windows, [e[2] for e in everyone], lengths, inner, g)
+            windows = await self.offload(lambda: [corank.window_keys(r.keys, plan, index[r.label]) for r in runs])
+            received = await self._all_to_all(("windows", attempt), windows, ([r.label for r in runs],), me)
+            by_label = {label: w for arrays, header in received for label, w in zip(header[3], arrays)}
+            splits = await self.offload(corank.split_vectors, lengths, inner, plan,
+                                        [by_label[lb] for lb in labels])
         t2 = time.perf_counter()
         pieces = await self._swap(runs, splits, index, attempt, me)
         del runs
@@ -325,34 +332,54 @@ class SortRun(ShuffleRun[int, Any]):
                                      "merges": t4 - t3}))
 
     def _form_runs(self, merge_all: bool, scheme: str) -> list[_Run]:
-        """This worker's inputs as sorted runs: one of all of them, or one per range of consecutive parts."""
+        """This worker's inputs as sorted runs: as few as fit, or one per range of consecutive parts."""
         with self._lock:
             inputs = dict(self._inputs)
         ids = sorted(inputs)
-        spec = self.spec
         if not ids:
             return []
-        groups = _fitting(ids, inputs, get_backend(spec.backend)) if merge_all else consecutive(ids)
-        runs = []
-        for group in groups:
-            keys = chunks.concatenate([inputs[k][0] for k in group], spec.key_dtype)
-            values = None if inputs[group[0]][1] is None else chunks.concatenate([inputs[k][1] for k in group])
-            okeys, ovalues = chunks.sort_pair(spec.backend, spec.descending, scheme, keys, values,
-                                              overwrite=len(group) > 1)
-            runs.append(_Run(group[0], okeys, ovalues))
+        backend = get_backend(self.spec.backend)
+        if merge_all and self._all_sorted(ids, inputs, scheme, backend):
+            # Parts that are sorted already are runs: no sort, and on sorted
+            # input no merge either (their keys follow one another).
+            return [_Run(k, order.encode(inputs[k][0], self.spec.descending, scheme), inputs[k][1]) for k in ids]
+        groups = _fitting(ids, inputs, backend.run_limit(*inputs[ids[0]])) if merge_all else consecutive(ids)
+        runs = [run for group in groups for run in self._sorted(group, inputs, scheme, cut=merge_all)]
         for run in runs:
             synchronize(run.keys)  # the slices go out through comms that do not wait on the GPU
         return runs
 
-    def _samples(self, runs: list[_Run], g: int, merge_all: bool) -> tuple[list, set[int]]:
-        """Round 1 of this worker: its runs' samples, and the order keys of its float ties."""
+    def _all_sorted(self, ids: list[int], inputs: dict, scheme: str, backend: Any) -> bool:
+        """Whether every input part is sorted already (a sample of each decides for unsorted ones)."""
+        return all(inputs[k][0].ndim == 1 and backend.is_sorted(order.encode(inputs[k][0], self.spec.descending,
+                                                                              scheme)) for k in ids)
+
+    def _sorted(self, group: list[int], inputs: dict, scheme: str, cut: bool) -> list[_Run]:
+        """One run of the parts ``group``, or, where ``cut`` and that does not fit, runs of its halves."""
+        spec = self.spec
+        keys = chunks.concatenate([inputs[k][0] for k in group], spec.key_dtype)
+        values = None if inputs[group[0]][1] is None else chunks.concatenate([inputs[k][1] for k in group])
+        try:
+            okeys, ovalues = chunks.sort_pair(spec.backend, spec.descending, scheme, keys, values,
+                                              overwrite=len(group) > 1)
+        except MemoryError:
+            if not cut or len(group) == 1:
+                raise
+            del keys, values
+            half = len(group) // 2
+            return self._sorted(group[:half], inputs, scheme, cut) + self._sorted(group[half:], inputs, scheme, cut)
+        return [_Run(group[0], okeys, ovalues)]
+
+    def _samples(self, runs: list[_Run], g: int, merge_all: bool) -> tuple[list, set[int], list]:
+        """Round 1 of this worker: its runs' samples, the order keys of its float ties, each run's last key."""
         spec = self.spec
         ties: set[int] = set()
         if merge_all:
             search = get_backend(spec.backend).searchsorted
             for run in runs:
                 ties |= order.tie_keys(run.keys, spec.key_dtype, spec.descending, search)
-        return [corank.samples(r.keys, g) for r in runs], ties
+        lasts = [to_numpy(r.keys[-1:])[0] if r.keys.ndim == 1 and len(r.keys) else None for r in runs]
+        return [corank.samples(r.keys, g) for r in runs], ties, lasts
 
     async def _swap(self, runs: list[_Run], splits: np.ndarray, index: dict[int, int], attempt: int,
                     me: int) -> dict[int, dict[int, tuple]]:
@@ -460,10 +487,17 @@ class SortRun(ShuffleRun[int, Any]):
         return buffer
 
 
-def _fitting(ids: list[int], inputs: dict[int, tuple[Any, Any]], backend: Any) -> list[list[int]]:
-    """``ids`` in ranges whose runs the backend can sort at once (all of them where it can)."""
+def _follow(runs: list[tuple]) -> bool:
+    """Whether runs ``(label, length, samples, last key)`` in label order follow one another, key after key."""
+    ends = [(samples[0], last) for _, length, samples, last in runs if length]
+    if any(last is None for _, last in ends):  # rows of composite keys
+        return False
+    return all(in_order(last, first) for (_, last), (first, _) in zip(ends, ends[1:]))
+
+
+def _fitting(ids: list[int], inputs: dict[int, tuple[Any, Any]], limit: int) -> list[list[int]]:
+    """``ids`` in ranges of consecutive ids whose parts hold at most ``limit`` bytes (all of them where they do)."""
     sizes = [sum(int(a.nbytes) for a in inputs[k] if a is not None) for k in ids]
-    limit = backend.run_limit(inputs[ids[0]][0])
     groups: list[list[int]] = []
     total = 0
     for k, size in zip(ids, sizes):

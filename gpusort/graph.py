@@ -443,7 +443,7 @@ def _sort_across_workers(keys: da.Array, values: da.Array | None, *, descending:
     spec = dict(edges=tuple(int(r) for r in edges), nparts=len(groups), backend=backend,
                 key_dtype=np.dtype(keys.dtype), descending=bool(descending),
                 scheme=order.scheme_for(stable, keys_returned),
-                merge_all=exchange.one_run_per_worker(keys.dtype, stable))
+                merge_all=exchange.one_run_per_worker(stable))
     token = tokenize(keys, values, descending, backend, positions, keys_returned, chunk, groups, blocks)
     dsk, name = exchange.exchange_layer(parts, token, spec)
     deps = [keys] if values is None else [keys, values]

@@ -52,6 +52,10 @@ VERSIONED = ("gpusort", "numpy", "dask", "distributed", "zarr", "cupy", "dask_cu
 
 _INSTALL_GPU = "pip install 'gpusort[cuda12]' (or [cuda13])"
 
+#: The RMM pool each worker of a ``"cuda"`` cluster over UCX starts with, as a
+#: share of its GPU's memory, unless ``rmm_pool_size`` says otherwise.
+UCX_POOL_FRACTION = 0.8
+
 
 # --- GPUs -----------------------------------------------------------------------------------
 
@@ -138,8 +142,10 @@ def cluster(
     protocol : str, optional
         ``"tcp"`` (the default) or ``"ucx"`` (NVLink between GPUs, needs distributed-ucxx).
     rmm_pool_size, device_memory_limit : int or str, optional
-        ``"cuda"`` only: an RMM pool per worker that CuPy allocates from too,
-        and where dask-cuda starts spilling GPU-resident chunks to host.
+        ``"cuda"`` only: an RMM pool per worker that CuPy allocates from too
+        (over UCX, :data:`UCX_POOL_FRACTION` of each GPU unless given, where
+        rmm is installed), and where dask-cuda starts spilling GPU-resident
+        chunks to host.
     gpus : int, str or sequence of int, optional
         Which GPUs: a count (``2``: the first two) or device ids (``"0,3"``).
     dashboard : bool
@@ -252,10 +258,16 @@ def _start(kind: str, options: dict[str, Any], dashboard: bool) -> Any:
     why = cuda_cluster_missing()
     if why:
         raise ValueError(f"kind='cuda' cannot start here: {why}; or use kind='local'")
-    if options["rmm_pool_size"] is not None:
+    pool = options["rmm_pool_size"]
+    if pool is None and options["protocol"] == "ucx" and importlib.util.find_spec("rmm") is not None:
+        # UCX maps every buffer it moves between two processes over NVLink, at
+        # a cost of up to milliseconds a GiB, once per allocation: in a pool
+        # it maps once.  The pool grows past this when a sort needs more.
+        pool = UCX_POOL_FRACTION
+    if pool is not None:
         if importlib.util.find_spec("rmm") is None:
             raise ValueError("rmm_pool_size needs rmm: pip install rmm-cu12 (or rmm-cu13)")
-        kw.update(rmm_pool_size=options["rmm_pool_size"], rmm_allocator_external_lib_list=["cupy"])
+        kw.update(rmm_pool_size=pool, rmm_allocator_external_lib_list=["cupy"])
     if options["device_memory_limit"] is not None:
         kw["device_memory_limit"] = options["device_memory_limit"]
     if devices is not None:

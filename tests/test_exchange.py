@@ -33,8 +33,8 @@ def test_messages_serialize_array_by_array():
 
 def test_consecutive_parts_and_one_run_per_worker():
     assert exchange.consecutive([0, 1, 3, 4, 5, 9]) == [[0, 1], [3, 4, 5], [9]]
-    assert exchange.one_run_per_worker(np.dtype(np.int64), stable=False)
-    assert not exchange.one_run_per_worker(np.dtype(np.int64), stable=True)
+    assert exchange.one_run_per_worker(stable=False)
+    assert not exchange.one_run_per_worker(stable=True)
 
 
 def test_contiguous_ranges_of_output_chunks():
@@ -103,3 +103,56 @@ def test_built_for_a_cluster_computed_elsewhere_says_how_to_fix(eight_workers):
         y.compute(scheduler="sync")
     with dask.config.set({"gpusort.exchange": "local"}):
         np.testing.assert_array_equal(gpusort.sort(keys).compute(scheduler="sync"), np.arange(1000))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["sorted", "reversed", "chunks-sorted", "nearly-sorted"])
+def test_sorted_input_takes_the_short_way_and_stays_exact(eight_workers, kind):
+    """Runs that follow one another need no windows and no merge; parts sorted already need no sort."""
+    rng = np.random.default_rng(11)
+    n = 40_000
+    x = np.sort(rng.integers(-500, 500, n)).astype(np.float64)
+    x[-300:] = np.nan
+    x[(x == 0)[:n // 2].nonzero()[0]] = -0.0  # both zeros: their input order must survive
+    if kind == "reversed":
+        x = x[::-1].copy()
+    elif kind == "chunks-sorted":
+        x = np.concatenate([np.sort(c) for c in np.split(rng.permutation(x), 20)])
+    elif kind == "nearly-sorted":
+        x = x[np.argsort(np.arange(n) + rng.integers(0, 2_000, n), kind="stable")]
+    keys = da.from_array(x, chunks=2_000).persist()
+    got, positions = eight_workers.compute([gpusort.sort(keys, chunks=3_000), gpusort.argsort(keys)], sync=True)
+    want = np.argsort(x, kind="stable")
+    np.testing.assert_array_equal(positions, want)
+    np.testing.assert_array_equal(got.view(np.uint64), x[want].view(np.uint64))
+
+
+def test_disjoint_pieces_are_concatenated_not_merged():
+    from gpusort import chunks
+
+    assert chunks.disjoint([np.array([1.0, 2.0]), np.array([2.0, np.nan])])
+    assert not chunks.disjoint([np.array([1.0, np.nan]), np.array([2.0])])
+    assert not chunks.disjoint([np.array([1, 5]), np.array([4, 6])])
+    pieces = [(np.array([-0.0, 1.0]), None), (np.array([1.0, 3.0]), None)]
+    keys, _ = chunks.merge_pieces("numpy", np.dtype(np.float64), False, "float", pieces)
+    np.testing.assert_array_equal(keys, [-0.0, 1.0, 1.0, 3.0])
+
+
+@pytest.mark.parametrize("dtype", ["int64", "float32"])
+def test_is_sorted_samples_first_then_reads_all(dtype):
+    from gpusort.backends import get_backend
+
+    host = get_backend("numpy")
+    x = np.arange(10_000).astype(dtype)
+    assert host.is_sorted(x)
+    y = x.copy()
+    y[5_001], y[5_002] = y[5_002], y[5_001]  # between two samples: only the full pass sees it
+    assert not host.is_sorted(y)
+    assert not host.is_sorted(x[::-1])
+    if dtype.startswith("f"):
+        z = x.copy()
+        z[100] = np.nan  # a NaN before numbers is out of order
+        assert not host.is_sorted(z)
+        z[-10:] = np.nan
+        z[100] = 100
+        assert host.is_sorted(z)

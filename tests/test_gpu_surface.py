@@ -335,3 +335,46 @@ def test_errors_name_the_argument_and_the_fix(cp):
         gpu.lexsort(cupy.zeros(()))
     # NumPy reads a 1-D array as keys of one element each: one position, 0.
     assert gpu.lexsort(cupy.asarray([5.5, 7.0, 1.0])).tolist() == np.lexsort(np.array([5.5, 7.0, 1.0])).tolist() == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["int64", "float32"])
+def test_cupy_backend_sees_sorted_runs_and_sorts_the_rest(cp, dtype):
+    """A sample, then gpusort's verification kernel: a swap between two samples is caught."""
+    cupy, _ = cp
+    from gpusort.backends import get_backend
+
+    backend = get_backend("cupy")
+    x = cupy.arange(100_000).astype(dtype)
+    assert backend.is_sorted(x)
+    y = x.copy()
+    y[50_001], y[50_002] = x[50_002], x[50_001]
+    assert not backend.is_sorted(y)
+    if dtype.startswith("f"):
+        y = x.copy()
+        y[-5:] = cupy.nan
+        assert backend.is_sorted(y)
+        y[7] = cupy.nan
+        assert not backend.is_sorted(y)
+    keys, _ = backend.sort_run(y)
+    np.testing.assert_array_equal(cupy.asnumpy(keys).view(f"u{y.itemsize}"),
+                                  np.sort(cupy.asnumpy(y), kind="stable").view(f"u{y.itemsize}"))
+
+
+@pytest.mark.gpu
+def test_sorted_cupy_chunks_sort_exactly_on_the_threaded_scheduler(cp):
+    cupy, _ = cp
+    import dask
+    import dask.array as da
+
+    import gpusort
+
+    x = np.sort(np.random.default_rng(4).standard_normal(300_000))
+    x[::97] = -0.0
+    keys = da.from_array(x, chunks=30_000).map_blocks(cupy.asarray)
+    with dask.config.set(scheduler="threads"):
+        got = cupy.asnumpy(gpusort.sort(keys, chunks=40_000).compute())
+        positions = cupy.asnumpy(gpusort.argsort(keys).compute())
+    want = np.argsort(x, kind="stable")
+    np.testing.assert_array_equal(positions, want)
+    np.testing.assert_array_equal(got.view(np.uint64), x[want].view(np.uint64))

@@ -43,8 +43,12 @@ class Backend(Protocol):
         may use their memory (and return it).
         """
 
-    def run_limit(self, like: Any) -> int:
-        """The most bytes of keys and values that one :meth:`sort_run` should take, in the memory of ``like``."""
+    def run_limit(self, keys: Any, values: Any = None) -> int:
+        """The most bytes of keys and values like these that one :meth:`sort_run` should take.
+
+        Where memory is only known to be short when a sort fails, the limit
+        is unbounded and :meth:`sort_run` raises ``MemoryError``.
+        """
 
     def merge_runs(self, runs: Sequence[Pair]) -> Pair:
         """Stable k-way merge of sorted runs; ties keep run order."""
@@ -53,6 +57,13 @@ class Backend(Protocol):
         self, sorted_keys: Any, needles: Any, side: Literal["left", "right"] = "left"
     ) -> Any:
         """Insertion points of ``needles`` in ascending ``sorted_keys`` (NaN last)."""
+
+    def is_sorted(self, keys: Any) -> bool:
+        """Whether 1-D order keys are already ascending (NaN last), checked where they live.
+
+        A sample decides first: keys that are not sorted almost never pass
+        it, so only sorted keys pay the full pass.
+        """
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,23 @@ def namespace(x: Any) -> Any:
     import numpy
 
     return numpy
+
+
+#: Keys of a run that :meth:`Backend.is_sorted` reads before it reads them all.
+SORTED_SAMPLE = 1024
+
+
+def in_order(a: Any, b: Any) -> bool:
+    """Whether order key ``a`` may come before ``b``: not after it, NaN last (host scalars).
+
+    Examples
+    --------
+    >>> in_order(1.0, 1.0), in_order(float("nan"), 2.0), in_order(2.0, float("nan"))
+    (True, False, True)
+    """
+    if a != a:  # NaN: only NaN may follow it
+        return b != b
+    return not b < a
 
 
 def synchronize(x: Any) -> None:

@@ -32,7 +32,7 @@ import gpusort.gpu as gpu
 from gpusort import budget as plan
 from gpusort import kernels, order
 from gpusort import staging
-from gpusort.backends import Pair
+from gpusort.backends import SORTED_SAMPLE, Pair, in_order
 
 #: Share of the free GPU memory the out-of-core path uses when no budget is given.
 DEFAULT_FRACTION = 0.5
@@ -41,11 +41,6 @@ DEFAULT_FRACTION = 0.5
 #: too little: after earlier sorts in the same worker a 48 MiB budget failed a
 #: 6.8 MB allocation with 43.6 MB held (H100, test_gpu_e2e).
 PLAN_FRACTION = 0.75
-
-#: Copies of a run's data a sort of CuPy chunks holds at its peak beyond the inputs:
-#: the concatenation and the sorted copy, the bucket pass's scatter or a merge
-#: pass's other buffer, and room for the exchange's slices after it.
-RUN_COPIES = 4
 
 _memories: dict[tuple[int, int], staging.GpuMemory] = {}
 _defaults: dict[int, int] = {}
@@ -152,14 +147,26 @@ class CupyBackend:
             return out_k, None if v is None else out_v.view(v.dtype)
         return (gpu.sort(k), None) if v is None else gpu.sort_pairs(k, v)
 
-    def run_limit(self, like: Any) -> int:
-        if isinstance(like, np.ndarray):  # the out-of-core path cuts its steps to the budget itself
+    def is_sorted(self, keys: Any) -> bool:
+        if isinstance(keys, np.ndarray):
+            from gpusort.backends.numpy import BACKEND as host
+
+            return host.is_sorted(keys)
+        step = max(1, len(keys) // SORTED_SAMPLE)
+        sample = cupy.asnumpy(keys[::step])
+        if not all(in_order(a, b) for a, b in zip(sample[:-1].tolist(), sample[1:].tolist())):
+            return False
+        return step == 1 or kernels.scan(keys, 0, len(keys), False)[1] is None
+
+    def run_limit(self, keys: Any, values: Any = None) -> int:
+        if not isinstance(keys, np.ndarray):  # a GPU that cannot hold a sort says so: MemoryError
             return 2**63
-        with cupy.cuda.Device(like.device.id):
-            free, _ = cupy.cuda.runtime.memGetInfo()
-            pool = cupy.get_default_memory_pool()
-            # A run's sort holds it, its sorted copy and the pass's scratch, beside the inputs.
-            return (free + pool.free_bytes()) // RUN_COPIES
+        # Host chunks: a run that one step sorts within the budget, uploaded,
+        # sorted and downloaded once, with no merge of sub-runs of its own.
+        with cupy.cuda.Device(thread_device()):
+            memory = gpu_memory(self.gpu_memory_budget)
+        kb, vb = keys.dtype.itemsize, 0 if values is None else values.dtype.itemsize
+        return plan.largest_fit(lambda n: plan.sort_bytes(n, kb, vb), _plan_bytes(memory)) * (kb + vb)
 
     def merge_runs(self, runs: Sequence[Pair]) -> Pair:
         if not runs:

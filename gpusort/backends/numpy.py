@@ -7,7 +7,7 @@ from typing import Any, Literal, Sequence
 import numpy as np
 
 from gpusort import order
-from gpusort.backends import Pair
+from gpusort.backends import SORTED_SAMPLE, Pair
 from gpusort.composite import argsort_rows
 
 
@@ -51,7 +51,11 @@ class NumpyBackend:
         values = np.concatenate([v for _, v in runs], dtype=runs[0][1].dtype)
         return self.sort_run(keys, values)
 
-    def run_limit(self, like: Any) -> int:
+    def is_sorted(self, keys: np.ndarray) -> bool:
+        step = max(1, len(keys) // SORTED_SAMPLE)
+        return _ascending(keys[::step]) and (step == 1 or _ascending(keys))
+
+    def run_limit(self, keys: Any, values: Any = None) -> int:
         return 2**63  # host memory: Dask's memory limits bound what a worker holds
 
     def searchsorted(
@@ -61,6 +65,14 @@ class NumpyBackend:
 
 
 BACKEND = NumpyBackend()
+
+
+def _ascending(keys: np.ndarray) -> bool:
+    """Whether 1-D ``keys`` never descend, NaN last."""
+    a, b = keys[:-1], keys[1:]
+    if keys.dtype.kind == "f":
+        return not ((b < a) | (np.isnan(a) & ~np.isnan(b))).any()
+    return not (b < a).any()
 
 
 def _sort_keys(keys: np.ndarray, runs: bool = False) -> np.ndarray:
