@@ -7,6 +7,9 @@ Groups (``--cases``), each a table and a JSON file, peers in the same run:
              array on one core and ``dask.dataframe.sort_values`` on the same
              cluster; then ``--n-chunks`` keys in 16 and in 256 chunks (in and
              out): time, tasks, the ratio 256 / 16.
+``presorted`` the same 2-worker cluster, ``--n-presorted`` int64 keys in 16 chunks:
+             random, already sorted and nearly sorted (every key within one
+             chunk of its place) keys, each against the random ones.
 ``threads``  Dask's threaded scheduler, ``--n-threads`` int64 keys in 4 chunks,
              against ``np.sort`` of the whole array on one core.
 ``gpus``     CuPy chunks, ``--n-gpu`` int64 keys in ``--chunks-gpu`` chunks per
@@ -39,7 +42,7 @@ import gpusort
 from gpusort import runtime
 from gpusort.verification import verify
 
-GROUPS = ("cpu", "threads", "gpus", "host")
+GROUPS = ("cpu", "presorted", "threads", "gpus", "host")
 
 
 def options(p):
@@ -47,6 +50,8 @@ def options(p):
     p.add_argument("--n-cpu", type=runtime.count, default=2**23, help="keys, cpu group's peers (default: %(default)s)")
     p.add_argument("--n-chunks", type=runtime.count, default=2**22, help="keys, cpu group's 16 vs 256 chunks "
                                                                         "(default: %(default)s)")
+    p.add_argument("--n-presorted", type=runtime.count, default=2**24,
+                   help="keys, presorted group (default: %(default)s)")
     p.add_argument("--n-threads", type=runtime.count, default=2**26, help="keys, threads group (default: %(default)s)")
     p.add_argument("--n-gpu", default="2**30,2**31", help="keys, gpus group; a list (default: %(default)s)")
     p.add_argument("--chunks-gpu", default="32,64", help="chunks per --n-gpu size (default: %(default)s)")
@@ -89,7 +94,8 @@ def exchange_sent(client) -> int:
     return sum(s["bytes"] for s in client.run(sent).values())
 
 
-def cluster_case(name: str, client, n: int, chunks: int, params: dict, to_chunks=None, **sort_kwargs) -> Case:
+def cluster_case(name: str, client, n: int, chunks: int, params: dict, to_chunks=None, distribution="uniform",
+                 **sort_kwargs) -> Case:
     """A sort on ``client`` of ``n`` fresh int64 keys in ``chunks`` chunks, verified, with its costs.
 
     Its first run (the harness's warm-up, in workers that never sorted) is
@@ -98,7 +104,7 @@ def cluster_case(name: str, client, n: int, chunks: int, params: dict, to_chunks
     times: list[float] = []
 
     def setup(rep):
-        x = dask_keys(n, -(-n // chunks), "int64", "uniform", seed=1000 * chunks + rep)
+        x = dask_keys(n, -(-n // chunks), "int64", distribution, seed=1000 * chunks + rep)
         if to_chunks is not None:
             x = to_chunks(x)
         x = x.persist()
@@ -163,6 +169,21 @@ def group_cpu(args):
     if few and many:
         print(f"goal: 256 vs 16 chunks {many['median_seconds'] / few['median_seconds']:.2f}x (<= 2); "
               f"tasks at P = J = 256: {many['tasks']:.0f}\n")
+    return summary
+
+
+def group_presorted(args):
+    n, chunks = args.n_presorted, 16
+    with runtime.cluster("local", workers=2, threads=1) as client:
+        cases = [cluster_case(f"gpusort[{d}]", client, n, chunks, {"n": n, "chunks": chunks}, distribution=d)
+                 for d in ("uniform", "sorted", "nearly")]
+        summary = run_cases("exchange-presorted", args, cases, baseline="gpusort[uniform]", show=("tasks",))
+    by = {e["case"]: e for e in summary if e["status"] == "ok"}
+    if "gpusort[uniform]" in by:
+        for d, goal in (("sorted", 0.25), ("nearly", 0.6)):
+            if f"gpusort[{d}]" in by:
+                share = by[f"gpusort[{d}]"]["median_seconds"] / by["gpusort[uniform]"]["median_seconds"]
+                print(f"goal: {d} input {share:.2f}x the time of random (<= {goal})")
     return summary
 
 

@@ -421,9 +421,10 @@ def run_cases(name: str, args: argparse.Namespace, cases: Sequence[Case],
 
 # --- inputs and Dask helpers shared by the sort benchmarks ---------------------------------
 
-DISTRIBUTIONS = ("uniform", "equal", "few", "zipf", "one99", "sorted", "reverse")
+DISTRIBUTIONS = ("uniform", "equal", "few", "zipf", "one99", "sorted", "reverse", "nearly")
 """Key distributions: uniform over the dtype's range, all equal, 4 distinct values,
-Zipf(1.1), 99% one value, already sorted, sorted in reverse."""
+Zipf(1.1), 99% one value, already sorted, sorted in reverse, nearly sorted (every
+key within a sixteenth of the input of its place: one chunk of 16)."""
 
 
 def make_keys(start: int, stop: int, n: int, dtype: Any, distribution: str, seed: int) -> np.ndarray:
@@ -445,6 +446,8 @@ def make_keys(start: int, stop: int, n: int, dtype: Any, distribution: str, seed
     if distribution in ("sorted", "reverse"):
         ranks = np.arange(start, stop) if distribution == "sorted" else np.arange(n - start - 1, n - stop - 1, -1)
         return ranks.astype(dtype)  # wraps for narrow dtypes: still mostly ordered runs
+    if distribution == "nearly":
+        return (np.arange(start, stop) + rng.integers(0, max(1, n // 16), size)).astype(dtype)
     if distribution == "uniform":
         if dtype.kind == "f":
             return rng.standard_normal(size).astype(dtype)
