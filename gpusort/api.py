@@ -294,11 +294,18 @@ def searchsorted(sorted_x: Any, v: Any, side: str = "left", sorter: Any = None) 
     position (before equal keys), ``"right"``: after them.  Positions index
     the whole array, as ``np.searchsorted(sorted_x.compute(), v)`` would: each
     needle is routed to the one chunk it must search (:mod:`gpusort.search`);
-    NaN needles go after every number.  ``sorter``, as NumPy's: integer
-    positions that sort ``sorted_x`` (as :func:`argsort` returns them), so
-    that ``sorted_x[sorter]`` is what is searched (Dask's gather: every chunk
-    of ``sorted_x`` meets every chunk of ``sorter``; search :func:`sort`'s
-    output instead where you can).
+    NaN needles go after every number.
+
+    ``sorter``, as NumPy's: integer positions that sort ``sorted_x`` (a Dask,
+    NumPy or CuPy array, as :func:`argsort` returns them), for an unsorted
+    ``sorted_x``.  Its values are not read: ``sorted_x[sorter]`` holds the
+    values of ``sort(sorted_x)`` (ties are equal keys, ``-0.0 == 0.0``), so
+    that is what is searched, and a gather of ``sorted_x`` by a Dask
+    ``sorter``, which pairs every chunk of one with every chunk of the other,
+    is never made.  Only its shape and dtype are checked: with a ``sorter``
+    that does not sort ``sorted_x``, NumPy's result is undefined, and this
+    one is that of a valid ``sorter``.  Searching :func:`sort`'s output
+    yourself saves that sort when you search it again.
 
     Examples
     --------
@@ -321,7 +328,7 @@ def searchsorted(sorted_x: Any, v: Any, side: str = "left", sorter: Any = None) 
             raise ValueError(f"sorter is {sorter.ndim}-D {sorter.dtype} of shape {sorter.shape}; it must hold "
                              f"the integer positions that sort sorted_x ({x.shape[0]} of them, as argsort returns)")
         _check_known_chunks(sorter, "sorter")
-        x = x[sorter]
+        x = sort(x)
     if side not in ("left", "right"):
         raise ValueError(f"side={side!r}; use 'left' or 'right'")
     needles = as_dask(np.asarray(v) if np.isscalar(v) else v, "v")
