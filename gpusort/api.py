@@ -199,8 +199,9 @@ def sort_by_key(
     values = as_dask(values, "values")
     if values.ndim != 1:
         raise ValueError(f"values must be 1-D like keys; got {values.ndim}-D (use values.ravel())")
-    if values.dtype.hasobject:  # object, or a structured dtype with object fields
-        raise TypeError("values has dtype object; gpusort moves fixed-width values only")
+    if values.dtype.hasobject:  # object, StringDType, or a structured dtype with object fields
+        raise TypeError(f"values has dtype {values.dtype}; gpusort moves fixed-width values only "
+                        "(convert first, e.g. values.astype('U') for strings)")
     _check_known_chunks(values, "values")
     if values.shape[0] != keys.shape[0]:
         raise ValueError(
