@@ -94,8 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``gpusort`` and its subcommands."""
+    # allow_abbrev=False: argparse would take --chunk for --chunks, and any prefix of a
+    # future option for today's, silently.
     parser = argparse.ArgumentParser(
-        prog="gpusort",
+        prog="gpusort", allow_abbrev=False,
         description="Sort arrays larger than GPU memory with Dask: Zarr to Zarr, verified.",
         epilog=EXAMPLES["gpusort"],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -103,12 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpusort {runtime.version('gpusort')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    on_dask = argparse.ArgumentParser(add_help=False)  # options of the commands that compute
+    on_dask = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # options of the commands that compute
     runtime.add_options(on_dask)
     on_dask.add_argument("--quiet", action="store_true", help="no progress bars (the summary is still printed)")
 
     def command(name: str, help: str, computes: bool = False) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=help, description=help, epilog=EXAMPLES[name],
+        return commands.add_parser(name, help=help, description=help, epilog=EXAMPLES[name], allow_abbrev=False,
                                    parents=[on_dask] if computes else [],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 

@@ -349,10 +349,12 @@ def add_options(parser: argparse.ArgumentParser, *, gpu: bool = False) -> None:
     """Add the options of :func:`cluster` to ``parser``: ``--cluster``, ``--workers``, ``--threads``,
     ``--memory-limit``, and with ``gpu`` also ``--gpus``, ``--protocol``, ``--rmm-pool-size`` and
     ``--device-memory-limit``.  :func:`from_options` starts what they say.
+    Make ``parser`` with ``allow_abbrev=False``, as every parser of gpusort's
+    is: else argparse silently takes ``--worker 2`` for ``--workers 2``.
 
     Examples
     --------
-    >>> p = argparse.ArgumentParser()
+    >>> p = argparse.ArgumentParser(allow_abbrev=False)
     >>> add_options(p)
     >>> vars(p.parse_args(["--cluster", "local", "--workers", "2"]))
     {'cluster': 'local', 'workers': 2, 'threads': None, 'memory_limit': None}

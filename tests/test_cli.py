@@ -132,6 +132,21 @@ def test_cuda_cluster_says_what_is_missing(keys, capsys):
     assert "; or use --cluster local" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("argv", [
+    ["sort", "a", "b", "--chunk", "1000"],  # --chunks
+    ["sort", "a", "b", "--desc"],  # --descending
+    ["sort", "a", "b", "--worker", "2"],  # --workers, one of gpusort.runtime's options
+    ["sort", "a", "b", "--gpu-memory", "1GiB"],  # --gpu-memory-budget
+    ["verify", "a", "b", "--dev", "cpu"],  # --device
+    ["--vers"],  # --version
+], ids=" ".join)
+def test_abbreviated_options_are_refused(capsys, argv):
+    with pytest.raises(SystemExit) as exit:
+        build_parser().parse_args(argv)
+    out, err = capsys.readouterr()
+    assert exit.value.code == 2 and out == "" and "gpusort: error: " in err
+
+
 def test_new_sort_flags_parse(tmp_path):
     args = build_parser().parse_args(["sort", "a", "b", "--workers", "3", "--threads", "2", "--memory-limit",
                                       "4GiB", "--temp-dir", str(tmp_path)])
