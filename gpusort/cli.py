@@ -7,10 +7,12 @@ or a running scheduler); ``auto`` is ``cuda`` where CuPy, dask-cuda and a GPU
 are present, else ``local``.  Also ``python -m gpusort``.
 
 User errors -- a missing path, an unsortable dtype, a clashing option, an
-unknown ``--cluster``, a full disk -- end with one line on stderr, naming
-the flags, and exit status 2, never a traceback; Ctrl-C ends with one line
-and exit status 130; ``gpusort verify`` exits 1 when the check fails.
-Errors raised while computing are not the user's and keep their traceback.
+unknown ``--cluster``, a full disk -- and setup errors -- a GPU asked for
+where CuPy, dask-cuda or a GPU is missing -- end with one line on stderr,
+naming the flags and the fix, and exit status 2, never a traceback; Ctrl-C
+ends with one line and exit status 130; ``gpusort verify`` exits 1 when the
+check fails.  Errors raised while computing are not the user's and keep
+their traceback.
 """
 
 from __future__ import annotations
@@ -83,6 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
+    except ImportError as exc:
+        if exc.name is None or exc.name.partition(".")[0] not in GPU_MODULES:
+            raise
+        # A GPU package missing where the work ran (a worker of a running cluster, say).
+        print(f"gpusort {args.command}: error: cannot import {exc.name} where this ran ({exc}): "
+              f"{runtime._INSTALL_GPU}", file=sys.stderr)
+        return 2
     except (UserError, OSError) as exc:
         # These name the argument (or file) and the fix; a traceback adds nothing.
         print(f"gpusort {args.command}: error: {runtime.flags(str(exc))}", file=sys.stderr)
@@ -90,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"gpusort {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+#: Packages of the GPU extras (``pip install 'gpusort[cuda12]'``): missing, they are a setup error.
+GPU_MODULES = ("cupy", "cupyx", "cupy_backends", "dask_cuda", "rmm", "ucxx", "distributed_ucxx")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -186,8 +199,12 @@ def _run_sort(args: argparse.Namespace) -> int:
 def _run_verify(args: argparse.Namespace) -> int:
     from gpusort.verification import check_pair, verify
 
-    _checked(runtime.resolve, args.cluster)
+    kind = _checked(runtime.resolve, args.cluster)
     _checked(check_pair, args.src, args.dst)  # fail before a cluster starts
+    if args.device == "gpu" and kind != "address":  # the workers run here: the GPU probe answers for them
+        names, why = runtime.gpus()
+        if not names:
+            raise UserError(f"--device gpu needs CuPy and a CUDA GPU, and here {why}; or use --device cpu")
     with _cluster(args), runtime.progress():
         report = verify(args.src, args.dst, descending=args.descending, device=args.device,
                         progress=not args.quiet)
