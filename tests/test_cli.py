@@ -174,6 +174,20 @@ def test_abbreviated_options_are_refused(capsys, argv):
     assert exit.value.code == 2 and out == "" and "gpusort: error: " in err
 
 
+@pytest.mark.parametrize("argv", [
+    ["info"], ["bench", "list"],
+    ["sort", "keys.zarr", "sorted.zarr", "--cluster", "threads", "--quiet"],
+    ["verify", "keys.zarr", "keys.zarr", "--cluster", "threads", "--quiet"],
+], ids=" ".join)
+def test_a_reader_that_stops_reading_ends_it_quietly(keys, argv):
+    """`gpusort info | head -1`: a broken pipe ends the command without a word, status 0 or 141 (SIGPIPE's)."""
+    proc = subprocess.Popen([sys.executable, "-m", "gpusort", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=os.environ | {"PYTHONPATH": str(ROOT)})
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) in (0, 141) and err == "", (proc.returncode, err)
+
+
 def test_new_sort_flags_parse(tmp_path):
     args = build_parser().parse_args(["sort", "a", "b", "--workers", "3", "--threads", "2", "--memory-limit",
                                       "4GiB", "--temp-dir", str(tmp_path)])
