@@ -578,8 +578,9 @@ def write_json(folder: Path, name: str, document: dict) -> Path:
     Examples
     --------
     >>> import tempfile
-    >>> path = write_json(Path(tempfile.mkdtemp()), "demo", {"benchmark": "demo", "out": Path("x")})
-    >>> doc = json.loads(path.read_text())
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = write_json(Path(folder), "demo", {"benchmark": "demo", "out": Path("x")})
+    ...     doc = json.loads(path.read_text())
     >>> path.name.startswith("demo-"), doc["out"], sorted(doc)
     (True, 'x', ['benchmark', 'created', 'machine', 'out', 'versions'])
     """
@@ -690,7 +691,8 @@ def disk_speed(folder: Path, nbytes: int = 2**30) -> dict[str, float]:
     Examples
     --------
     >>> import tempfile
-    >>> speed = disk_speed(Path(tempfile.mkdtemp()), 2**22)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     speed = disk_speed(Path(folder), 2**22)
     >>> speed["write_bytes_per_second"] > 0 and speed["read_bytes_per_second"] > 0
     True
     """
