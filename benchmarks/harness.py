@@ -163,7 +163,8 @@ def parse_args(
     >>> args.repeat, args.warmup, str(args.out)
     (3, 1, '/tmp/r')
     """
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)  # --rep is no --repeat: say so, not guess
     parser.add_argument(
         "--out", type=Path, default=Path("results"),
         help="directory for the JSON results; files are never overwritten (default: %(default)s)",

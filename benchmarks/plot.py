@@ -36,7 +36,8 @@ Figure = plt.Figure
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("results", nargs="+", type=Path, help="result JSON files, or folders of them")
     parser.add_argument("--out", type=Path, default=Path("plots"), help="folder for the PNGs (default: %(default)s)")
     args = parser.parse_args(argv)

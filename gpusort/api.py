@@ -199,8 +199,9 @@ def sort_by_key(
     values = as_dask(values, "values")
     if values.ndim != 1:
         raise ValueError(f"values must be 1-D like keys; got {values.ndim}-D (use values.ravel())")
-    if values.dtype.hasobject:  # object, or a structured dtype with object fields
-        raise TypeError("values has dtype object; gpusort moves fixed-width values only")
+    if values.dtype.hasobject:  # object, StringDType, or a structured dtype with object fields
+        raise TypeError(f"values has dtype {values.dtype}; gpusort moves fixed-width values only "
+                        "(convert first, e.g. values.astype('U') for strings)")
     _check_known_chunks(values, "values")
     if values.shape[0] != keys.shape[0]:
         raise ValueError(
@@ -235,7 +236,9 @@ def topk(x: Any, k: int, axis: int | None = -1, split_every: int | None = None) 
     x : dask.array.Array or array-like
         Keys of a real dtype :func:`sort` takes, any number of dimensions.
     k : int
-        How many, nonzero, at most the length of ``axis``; its sign picks the end.
+        How many; its sign picks the end.  As in ``dask.array.topk``, ``|k|``
+        past the length of ``axis`` gives all of its keys, in order, and
+        ``k = 0`` none (an empty axis).
     axis : int or None
         The axis to select along (each row on its own); ``None`` flattens ``x``.
     split_every : int, optional
@@ -244,12 +247,20 @@ def topk(x: Any, k: int, axis: int | None = -1, split_every: int | None = None) 
         keys, so a few hundred chunks take one step.  Neighbouring chunks
         are first batched into tasks of up to :func:`gpusort.graph.task_bytes`.
 
+    Returns
+    -------
+    dask.array.Array
+        ``x``'s chunks, but ``min(|k|, n)`` keys along ``axis`` (``n`` its
+        length), in one chunk.
+
     Examples
     --------
     >>> import dask.array as da, gpusort
     >>> x = da.from_array([5.0, float("nan"), 1.0, 4.0, 2.0], chunks=2)
     >>> gpusort.topk(x, 2).compute(), gpusort.topk(x, -2).compute()
     (array([nan,  5.]), array([1., 2.]))
+    >>> gpusort.topk(x, -9).compute()
+    array([ 1.,  2.,  4.,  5., nan])
     >>> gpusort.topk(da.from_array([[3, 1, 2], [0, 9, 4]], chunks=1), 1, axis=0).compute()
     array([[3, 9, 4]])
     """
@@ -264,15 +275,15 @@ def topk(x: Any, k: int, axis: int | None = -1, split_every: int | None = None) 
         if x.ndim == 0:
             raise ValueError(f"axis={axis!r} is out of bounds for 0-d x; use axis=None (a 1-element x)")
         axis = _check_axis(axis, x.ndim, "x")
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k == 0:
-        raise TypeError(f"k must be a nonzero int (k > 0: largest, k < 0: smallest); got {k!r}")
-    if abs(k) > x.shape[axis]:
-        raise ValueError(f"k={k} asks for more keys than axis {axis} of x holds ({x.shape[axis]}); "
-                         f"use |k| <= {x.shape[axis]}")
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"k must be an int (k > 0: largest, k < 0: smallest); got {k!r}")
     if split_every is not None and (isinstance(split_every, bool) or not isinstance(split_every, numbers.Integral)
                                     or split_every < 2):
         raise ValueError(f"split_every={split_every!r}; use an int of at least 2, or None")
-    return select.topk(x, int(k), axis, split_every)
+    k = int(max(-x.shape[axis], min(k, x.shape[axis])))  # all of them, at most
+    if k == 0:
+        return x[(slice(None),) * axis + (slice(0, 0),)]
+    return select.topk(x, k, axis, split_every)
 
 
 def searchsorted(sorted_x: Any, v: Any, side: str = "left", sorter: Any = None) -> da.Array:
@@ -284,11 +295,18 @@ def searchsorted(sorted_x: Any, v: Any, side: str = "left", sorter: Any = None) 
     position (before equal keys), ``"right"``: after them.  Positions index
     the whole array, as ``np.searchsorted(sorted_x.compute(), v)`` would: each
     needle is routed to the one chunk it must search (:mod:`gpusort.search`);
-    NaN needles go after every number.  ``sorter``, as NumPy's: integer
-    positions that sort ``sorted_x`` (as :func:`argsort` returns them), so
-    that ``sorted_x[sorter]`` is what is searched (Dask's gather: every chunk
-    of ``sorted_x`` meets every chunk of ``sorter``; search :func:`sort`'s
-    output instead where you can).
+    NaN needles go after every number.
+
+    ``sorter``, as NumPy's: integer positions that sort ``sorted_x`` (a Dask,
+    NumPy or CuPy array, as :func:`argsort` returns them), for an unsorted
+    ``sorted_x``.  Its values are not read: ``sorted_x[sorter]`` holds the
+    values of ``sort(sorted_x)`` (ties are equal keys, ``-0.0 == 0.0``), so
+    that is what is searched, and a gather of ``sorted_x`` by a Dask
+    ``sorter``, which pairs every chunk of one with every chunk of the other,
+    is never made.  Only its shape and dtype are checked: with a ``sorter``
+    that does not sort ``sorted_x``, NumPy's result is undefined, and this
+    one is that of a valid ``sorter``.  Searching :func:`sort`'s output
+    yourself saves that sort when you search it again.
 
     Examples
     --------
@@ -311,7 +329,7 @@ def searchsorted(sorted_x: Any, v: Any, side: str = "left", sorter: Any = None) 
             raise ValueError(f"sorter is {sorter.ndim}-D {sorter.dtype} of shape {sorter.shape}; it must hold "
                              f"the integer positions that sort sorted_x ({x.shape[0]} of them, as argsort returns)")
         _check_known_chunks(sorter, "sorter")
-        x = x[sorter]
+        x = sort(x)
     if side not in ("left", "right"):
         raise ValueError(f"side={side!r}; use 'left' or 'right'")
     needles = as_dask(np.asarray(v) if np.isscalar(v) else v, "v")

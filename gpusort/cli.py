@@ -7,10 +7,13 @@ or a running scheduler); ``auto`` is ``cuda`` where CuPy, dask-cuda and a GPU
 are present, else ``local``.  Also ``python -m gpusort``.
 
 User errors -- a missing path, an unsortable dtype, a clashing option, an
-unknown ``--cluster``, a full disk -- end with one line on stderr, naming
-the flags, and exit status 2, never a traceback; Ctrl-C ends with one line
-and exit status 130; ``gpusort verify`` exits 1 when the check fails.
-Errors raised while computing are not the user's and keep their traceback.
+unknown ``--cluster``, a full disk -- and setup errors -- a GPU asked for
+where CuPy, dask-cuda or a GPU is missing -- end with one line on stderr,
+naming the flags and the fix, and exit status 2, never a traceback; Ctrl-C
+ends with one line and exit status 130; a reader that stops reading
+(``gpusort info | head -1``) ends it quietly, with status 141; ``gpusort
+verify`` exits 1 when the check fails.  Errors raised while computing are
+not the user's and keep their traceback.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -79,23 +83,65 @@ def main(argv: Sequence[str] | None = None) -> int:
     gpusort ...
     0
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    command = "gpusort"
     try:
-        return args.run(args)
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit:
+            sys.stdout.flush()  # --help and --version print, then exit
+            raise
+        command = f"gpusort {args.command}"
+        status = args.run(args)
+        sys.stdout.flush()  # a reader gone away shows here, not as Python exits
+        return status
+    except BrokenPipeError:
+        # The reader stopped reading (`gpusort info | head -1`): end quietly, with the
+        # status of a program that SIGPIPE ended, as the tools around it do.
+        _discard_stdout()
+        return BROKEN_PIPE
+    except ImportError as exc:
+        if exc.name is None or exc.name.partition(".")[0] not in GPU_MODULES:
+            raise
+        # A GPU package missing where the work ran (a worker of a running cluster, say).
+        print(f"{command}: error: cannot import {exc.name} where this ran ({exc}): {runtime._INSTALL_GPU}",
+              file=sys.stderr)
+        return 2
     except (UserError, OSError) as exc:
         # These name the argument (or file) and the fix; a traceback adds nothing.
-        print(f"gpusort {args.command}: error: {runtime.flags(str(exc))}", file=sys.stderr)
+        print(f"{command}: error: {runtime.flags(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"gpusort {args.command}: interrupted", file=sys.stderr)
+        print(f"{command}: interrupted", file=sys.stderr)
         return 130
+
+
+#: The exit status after a broken pipe: 128 + SIGPIPE, as a shell reports a program SIGPIPE ended.
+BROKEN_PIPE = 141
+#: Packages of the GPU extras (``pip install 'gpusort[cuda12]'``): missing, they are a setup error.
+GPU_MODULES = ("cupy", "cupyx", "cupy_backends", "dask_cuda", "rmm", "ucxx", "distributed_ucxx")
+
+
+def _discard_stdout() -> None:
+    """Point this process's stdout at ``os.devnull``: what is still buffered for it is dropped quietly.
+
+    Python flushes stdout as it exits, and a flush into the broken pipe would
+    print an "Exception ignored" message.  Only the process's own stdout: a
+    replaced ``sys.stdout`` (a caller capturing it) is left alone.
+    """
+    if sys.stdout is not sys.__stdout__:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``gpusort`` and its subcommands."""
+    # allow_abbrev=False: argparse would take --chunk for --chunks, and any prefix of a
+    # future option for today's, silently.
     parser = argparse.ArgumentParser(
-        prog="gpusort",
+        prog="gpusort", allow_abbrev=False,
         description="Sort arrays larger than GPU memory with Dask: Zarr to Zarr, verified.",
         epilog=EXAMPLES["gpusort"],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -103,12 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpusort {runtime.version('gpusort')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    on_dask = argparse.ArgumentParser(add_help=False)  # options of the commands that compute
+    on_dask = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # options of the commands that compute
     runtime.add_options(on_dask)
     on_dask.add_argument("--quiet", action="store_true", help="no progress bars (the summary is still printed)")
 
     def command(name: str, help: str, computes: bool = False) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=help, description=help, epilog=EXAMPLES[name],
+        return commands.add_parser(name, help=help, description=help, epilog=EXAMPLES[name], allow_abbrev=False,
                                    parents=[on_dask] if computes else [],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
@@ -184,8 +230,12 @@ def _run_sort(args: argparse.Namespace) -> int:
 def _run_verify(args: argparse.Namespace) -> int:
     from gpusort.verification import check_pair, verify
 
-    _checked(runtime.resolve, args.cluster)
+    kind = _checked(runtime.resolve, args.cluster)
     _checked(check_pair, args.src, args.dst)  # fail before a cluster starts
+    if args.device == "gpu" and kind != "address":  # the workers run here: the GPU probe answers for them
+        names, why = runtime.gpus()
+        if not names:
+            raise UserError(f"--device gpu needs CuPy and a CUDA GPU, and here {why}; or use --device cpu")
     with _cluster(args), runtime.progress():
         report = verify(args.src, args.dst, descending=args.descending, device=args.device,
                         progress=not args.quiet)

@@ -51,36 +51,46 @@ import numpy as np
 
 from gpusort.backends import namespace
 
-_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
-_COMPLEX = (np.dtype(np.complex64), np.dtype(np.complex128))
+_FLOAT_WIDTHS, _COMPLEX_WIDTHS = (2, 4, 8), (8, 16)  # bytes: float16/32/64, complex64/128
 SCHEMES = ("exact", "tied", "float")
 Scheme = Literal["exact", "tied", "float"]
 
 
 def check_key_dtype(dtype: Any, argname: str = "x", complex_ok: bool = False) -> np.dtype:
-    """The key dtype, or a ``TypeError`` that names ``argname`` and the fix.
+    """The key dtype, or a ``TypeError`` that names ``argname``, the dtypes taken here and the fix.
 
     Complex keys (:func:`complex_columns`) are sorted by the functions that
     take composite keys, and pass here with ``complex_ok``.
+
+    Examples
+    --------
+    >>> check_key_dtype(">f4")
+    dtype('>f4')
+    >>> check_key_dtype("U3", "keys")
+    Traceback (most recent call last):
+    TypeError: keys has dtype <U3 (string), which gpusort cannot sort as keys; supported key dtypes ...
     """
     dtype = np.dtype(dtype)
-    if dtype.kind in "iub" or dtype.newbyteorder("=") in _FLOATS or dtype.kind in "mM":
+    # Kind and width decide, never a byte-order swap: variable-width dtypes (StringDType) have none.
+    if dtype.kind in "iubmM" or (dtype.kind == "f" and dtype.itemsize in _FLOAT_WIDTHS):
         return dtype
-    if complex_ok and dtype.newbyteorder("=") in _COMPLEX:
+    if complex_ok and dtype.kind == "c" and dtype.itemsize in _COMPLEX_WIDTHS:
         return dtype
     what = {
         "O": "object",
         "U": "string",
+        "T": "string",
         "S": "bytes",
         "V": "structured/void",
-        "c": "complex",
+        "c": "extended-precision complex" if dtype.itemsize not in _COMPLEX_WIDTHS else "complex",
         "f": "extended-precision float",
-    }.get(dtype.kind, dtype.kind)
+    }.get(dtype.kind, f"kind {dtype.kind!r}")
     where = (" here (gpusort.sort, argsort, lexsort and sort_by_key take complex keys)"
-             if dtype.kind == "c" and dtype.itemsize <= 16 else "")
+             if dtype.kind == "c" and dtype.itemsize in _COMPLEX_WIDTHS else "")
+    taken = "float16/32/64, complex64/128," if complex_ok else "float16/32/64,"
     raise TypeError(
         f"{argname} has dtype {dtype} ({what}), which gpusort cannot sort as keys{where}; "
-        "supported key dtypes are bool, int8-64, uint8-64, float16/32/64, datetime64 "
+        f"supported key dtypes are bool, int8-64, uint8-64, {taken} datetime64 "
         f"and timedelta64 (convert first, e.g. {argname}.astype('float64'))"
     )
 

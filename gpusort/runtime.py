@@ -22,10 +22,12 @@ import importlib.metadata
 import importlib.util
 import io
 import json
+import logging
 import os
 import platform
 import re
 import secrets
+import signal
 import sys
 import threading
 import time
@@ -151,6 +153,14 @@ def cluster(
     dashboard : bool
         Serve Dask's dashboard and print its address on stderr.
 
+    Notes
+    -----
+    The worker processes of a new cluster never see a terminal's Ctrl-C
+    (SIGINT to the process group): only this process does, and a
+    ``KeyboardInterrupt`` out of the block closes the cluster without a
+    word from the scheduler, the nannies or the workers, so the caller's
+    one line says it all.
+
     Raises
     ------
     ValueError
@@ -194,18 +204,34 @@ def cluster(
         with client:
             yield _ready(client, dashboard)
         return
-    started = _start(resolved, options, dashboard)
+    with _deaf_to_ctrl_c() as arrived:
+        started = _start(resolved, options, dashboard)
+    client, interrupted = None, False
     try:
-        with Client(started) as client:
-            client.wait_for_workers(len(started.workers))
-            yield _ready(client, dashboard)
-            # Tens of GiB of pinned memory to unmap would outlast the nanny's patience at close.
-            client.run(_free_pinned_memory)
+        if arrived:  # Ctrl-C while the cluster started: raised here, where the cluster is closed
+            raise KeyboardInterrupt
+        client = Client(started)
+        client.wait_for_workers(len(started.workers))
+        yield _ready(client, dashboard)
+        # Tens of GiB of pinned memory to unmap would outlast the nanny's patience at close.
+        client.run(_free_pinned_memory)
+    except KeyboardInterrupt:
+        # The caller reports the Ctrl-C in one line.  What the scheduler, the nannies and
+        # the workers log as they close over the tasks it cut short (cancelled
+        # instructions, lost connections, a worker killed for taking too long) says nothing more.
+        interrupted = True
+        if client is not None:
+            client.run(logging.disable, logging.CRITICAL, on_error="ignore")  # for good: they close
+        raise
     finally:
-        try:
-            started.close(timeout=60)
-        except Exception as exc:  # a nanny that had to kill its slow-exiting worker: the work is done
-            print(f"(cluster close: {type(exc).__name__}: {exc})", file=sys.stderr)
+        with _logging_off() if interrupted else contextlib.nullcontext():
+            if client is not None:
+                client.close()
+            try:
+                started.close(timeout=60)
+            except Exception as exc:  # a nanny that had to kill its slow-exiting worker: the work is done
+                if not interrupted:
+                    print(f"(cluster close: {type(exc).__name__}: {exc})", file=sys.stderr)
 
 
 def dask_config(**settings: Any) -> contextlib.AbstractContextManager:
@@ -276,6 +302,55 @@ def _start(kind: str, options: dict[str, Any], dashboard: bool) -> Any:
     from dask_cuda import LocalCUDACluster
 
     return LocalCUDACluster(**kw)
+
+
+@contextlib.contextmanager
+def _deaf_to_ctrl_c() -> Iterator[list[int]]:
+    """Start worker processes that never see SIGINT (Ctrl-C); yields the list of those that came meanwhile.
+
+    A terminal's Ctrl-C signals its whole process group, worker processes
+    included: each would die printing its own traceback while this process
+    cancels the work and closes the cluster anyway.  Ignoring SIGINT in each
+    worker (a preload or a plugin) leaves a window while it starts, and one
+    that arrives then still kills it noisily.  A blocked signal stays blocked
+    in the threads a thread starts and across ``fork`` and ``exec``, and every
+    worker process of a new cluster, a nanny's restarts included, is spawned
+    by a thread that the cluster's event-loop thread starts.  So SIGINT is
+    blocked in this thread while the cluster starts: the loop thread, its
+    helpers and every worker keep it blocked for good, and no window is left.
+    A Ctrl-C in the meantime is recorded (the caller raises it once it can
+    close the cluster), where this thread's handler is Python's default.
+    """
+    arrived: list[int] = []
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no process groups, no signal masks
+        yield arrived
+        return
+    from multiprocessing import resource_tracker
+
+    # Starting multiprocessing's resource tracker unblocks SIGINT in the thread that
+    # starts it: the first cluster's loop thread would, unless it is running already.
+    resource_tracker.ensure_running()
+    record = (threading.current_thread() is threading.main_thread()
+              and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    handler = signal.signal(signal.SIGINT, lambda signum, frame: arrived.append(signum)) if record else None
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield arrived
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending is recorded now
+        if record:
+            signal.signal(signal.SIGINT, handler)
+
+
+@contextlib.contextmanager
+def _logging_off() -> Iterator[None]:
+    """No log records at all within the block (``logging.disable``), as before after it."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
 
 
 def _ready(client: Any, dashboard: bool) -> Any:
@@ -361,10 +436,12 @@ def add_options(parser: argparse.ArgumentParser, *, gpu: bool = False) -> None:
     """Add the options of :func:`cluster` to ``parser``: ``--cluster``, ``--workers``, ``--threads``,
     ``--memory-limit``, and with ``gpu`` also ``--gpus``, ``--protocol``, ``--rmm-pool-size`` and
     ``--device-memory-limit``.  :func:`from_options` starts what they say.
+    Make ``parser`` with ``allow_abbrev=False``, as every parser of gpusort's
+    is: else argparse silently takes ``--worker 2`` for ``--workers 2``.
 
     Examples
     --------
-    >>> p = argparse.ArgumentParser()
+    >>> p = argparse.ArgumentParser(allow_abbrev=False)
     >>> add_options(p)
     >>> vars(p.parse_args(["--cluster", "local", "--workers", "2"]))
     {'cluster': 'local', 'workers': 2, 'threads': None, 'memory_limit': None}
@@ -513,8 +590,9 @@ def write_json(folder: Path, name: str, document: dict) -> Path:
     Examples
     --------
     >>> import tempfile
-    >>> path = write_json(Path(tempfile.mkdtemp()), "demo", {"benchmark": "demo", "out": Path("x")})
-    >>> doc = json.loads(path.read_text())
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = write_json(Path(folder), "demo", {"benchmark": "demo", "out": Path("x")})
+    ...     doc = json.loads(path.read_text())
     >>> path.name.startswith("demo-"), doc["out"], sorted(doc)
     (True, 'x', ['benchmark', 'created', 'machine', 'out', 'versions'])
     """
@@ -633,7 +711,8 @@ def disk_speed(folder: Path, nbytes: int = 2**30) -> dict[str, float]:
     Examples
     --------
     >>> import tempfile
-    >>> speed = disk_speed(Path(tempfile.mkdtemp()), 2**22)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     speed = disk_speed(Path(folder), 2**22)
     >>> speed["write_bytes_per_second"] > 0 and speed["read_bytes_per_second"] > 0
     True
     """

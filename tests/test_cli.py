@@ -132,6 +132,62 @@ def test_cuda_cluster_says_what_is_missing(keys, capsys):
     assert "; or use --cluster local" in err and err.count("\n") == 1
 
 
+@pytest.mark.skipif(bool(runtime.gpus()[0]), reason="CuPy sees a GPU here: these are no setup errors")
+def test_gpu_setup_errors_are_one_line_and_exit_2(keys, capsys, monkeypatch):
+    """A GPU asked for where CuPy (or a GPU, or dask-cuda) is missing: one line with the fix, exit status 2."""
+    for argv, message in [
+        (["verify", "keys.zarr", "keys.zarr", "--device", "gpu", "--cluster", "threads"],
+         "--device gpu needs CuPy and a CUDA GPU, and here "),
+        (["verify", "keys.zarr", "keys.zarr", "--device", "gpu", "--cluster", "local"],
+         "--device gpu needs CuPy and a CUDA GPU, and here "),
+        (["sort", "keys.zarr", "out.zarr", "--backend", "cupy", "--cluster", "threads"],
+         "--backend cupy needs CuPy and a CUDA GPU, and here "),
+        (["sort", "keys.zarr", "out.zarr", "--cluster", "cuda"], "--cluster cuda cannot start here: "),
+    ]:
+        code, out, err = run(capsys, *argv)
+        assert (code, out) == (2, ""), (argv, code, out)
+        assert err.startswith(f"gpusort {argv[0]}: error: {message}") and err.count("\n") == 1, (argv, err)
+        assert "pip install 'gpusort[cuda12]' (or [cuda13])" in err or "CUDA device" in err, (argv, err)
+
+    def missing_on_a_worker(*args, **kwargs):  # as a running cluster's worker without CuPy reports it
+        raise ModuleNotFoundError("No module named 'cupy'", name="cupy")
+
+    monkeypatch.setattr("gpusort.verification.verify", missing_on_a_worker)
+    code, out, err = run(capsys, "verify", "keys.zarr", "keys.zarr", "--cluster", "threads")
+    assert (code, out) == (2, "")
+    assert err == ("gpusort verify: error: cannot import cupy where this ran (No module named 'cupy'): "
+                   f"{runtime._INSTALL_GPU}\n")
+
+
+@pytest.mark.parametrize("argv", [
+    ["sort", "a", "b", "--chunk", "1000"],  # --chunks
+    ["sort", "a", "b", "--desc"],  # --descending
+    ["sort", "a", "b", "--worker", "2"],  # --workers, one of gpusort.runtime's options
+    ["sort", "a", "b", "--gpu-memory", "1GiB"],  # --gpu-memory-budget
+    ["verify", "a", "b", "--dev", "cpu"],  # --device
+    ["--vers"],  # --version
+], ids=" ".join)
+def test_abbreviated_options_are_refused(capsys, argv):
+    with pytest.raises(SystemExit) as exit:
+        build_parser().parse_args(argv)
+    out, err = capsys.readouterr()
+    assert exit.value.code == 2 and out == "" and "gpusort: error: " in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["info"], ["bench", "list"],
+    ["sort", "keys.zarr", "sorted.zarr", "--cluster", "threads", "--quiet"],
+    ["verify", "keys.zarr", "keys.zarr", "--cluster", "threads", "--quiet"],
+], ids=" ".join)
+def test_a_reader_that_stops_reading_ends_it_quietly(keys, argv):
+    """`gpusort info | head -1`: a broken pipe ends the command without a word, status 0 or 141 (SIGPIPE's)."""
+    proc = subprocess.Popen([sys.executable, "-m", "gpusort", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=os.environ | {"PYTHONPATH": str(ROOT)})
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) in (0, 141) and err == "", (proc.returncode, err)
+
+
 def test_new_sort_flags_parse(tmp_path):
     args = build_parser().parse_args(["sort", "a", "b", "--workers", "3", "--threads", "2", "--memory-limit",
                                       "4GiB", "--temp-dir", str(tmp_path)])

@@ -38,6 +38,9 @@ X = da.from_array(np.arange(10), chunks=3)
         (lambda: gpusort.sort_by_key(X, np.arange(9)), ValueError, r"values has length 9 but keys has length 10"),
         (lambda: gpusort.sort_by_key(X, da.ones((10, 2))), ValueError, r"values must be 1-D"),
         (lambda: gpusort.sort_by_key(X, np.array([None] * 10)), TypeError, r"values has dtype object"),
+        pytest.param(lambda: gpusort.sort_by_key(X, np.array(["a"] * 10, dtype=np.dtypes.StringDType())), TypeError,
+                     r"values has dtype StringDType\(\); gpusort moves fixed-width values only",
+                     marks=pytest.mark.skipif(not hasattr(np.dtypes, "StringDType"), reason="NumPy 2's dtype")),
         (lambda: gpusort.sort_by_key(X, X[X > 3]), ValueError, r"values has unknown chunk sizes"),
         (lambda: gpusort.sort_by_key(da.ones((2, 5)), X), ValueError, r"keys\b.*\b(2-D|1-D)"),
         # Several key arrays: one length, 1-D, sortable dtypes, at least one.
@@ -139,3 +142,48 @@ def test_a_tuple_of_arrays_is_not_concatenated():
     # Sequences of scalars, nested or not, are arrays as NumPy reads them.
     assert gpusort.sort((3, 1, 2)).compute().tolist() == [1, 2, 3]
     assert gpusort.sort([[3, 1], [2, 0]], axis=None).compute().tolist() == [0, 1, 2, 3]
+
+
+UNSUPPORTED = {
+    "object": np.array([1, "a"], dtype=object),
+    "str": np.array(["b", "a"]),
+    "bytes": np.array([b"b", b"a"]),
+    "void": np.zeros(2, "V4"),
+    "structured": np.zeros(2, "i4,f8"),
+    "longdouble": np.array([2, 1], np.longdouble),  # extended precision where it is wider than float64
+    "clongdouble": np.array([2, 1], np.clongdouble),
+}
+if hasattr(np.dtypes, "StringDType"):  # NumPy 2: variable-width strings
+    UNSUPPORTED["StringDType"] = np.array(["b", "a"], dtype=np.dtypes.StringDType())
+COMPLEX = {"complex64": np.array([2, 1j], np.complex64), "complex128": np.array([2, 1j])}
+# (call, the argument its message names, whether it takes complex keys)
+ENTRY_POINTS = {
+    "sort": (lambda a: gpusort.sort(a), "x", True),
+    "argsort": (lambda a: gpusort.argsort(a), "x", True),
+    "lexsort": (lambda a: gpusort.lexsort([np.arange(len(a)), a]), "keys", True),
+    "sort_by_key": (lambda a: gpusort.sort_by_key(a, np.arange(len(a))), "keys", True),
+    "topk": (lambda a: gpusort.topk(a, 1), "x", False),
+    "searchsorted": (lambda a: gpusort.searchsorted(a, a[:1]), "sorted_x", False),
+    "unique": (lambda a: gpusort.unique(a), "x", False),
+    "verify": (lambda a: gpusort.verify(a, a), "src", False),
+}
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_unsupported_key_dtypes_get_gpusorts_message(entry):
+    """Every unsupported key dtype: a TypeError naming the argument, the dtype and what this entry point takes."""
+    call, argname, complex_ok = ENTRY_POINTS[entry]
+    taken = (r"bool, int8-64, uint8-64, float16/32/64, complex64/128, datetime64 and timedelta64" if complex_ok
+             else r"bool, int8-64, uint8-64, float16/32/64, datetime64 and timedelta64")
+    cases = {**UNSUPPORTED, **({} if complex_ok else COMPLEX)}
+    if np.dtype(np.longdouble).itemsize <= 8:  # longdouble is float64 here: a key like any other
+        del cases["longdouble"], cases["clongdouble"]
+    for name, a in cases.items():
+        with pytest.raises(TypeError) as info:
+            call(a)
+        message = str(info.value)
+        assert message.startswith(f"{argname} has dtype {a.dtype} ("), (name, message)
+        assert f"supported key dtypes are {taken} (convert first" in message, (name, message)
+    if complex_ok:  # and the complex keys it takes, it sorts
+        for a in COMPLEX.values():
+            call(a)

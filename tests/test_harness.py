@@ -35,6 +35,18 @@ def test_parse_args_common_and_extra_options():
             parse_args("demo", bad)
 
 
+def test_abbreviated_options_are_refused(capsys):
+    """--rep is no --repeat: argparse would take any unambiguous prefix silently."""
+    for argv in (["--rep", "3"], ["--warm", "0"], ["--clus", "threads"]):
+        with pytest.raises(SystemExit) as exit:
+            parse_args("demo", argv, cluster=True)
+        assert exit.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
+    pytest.importorskip("matplotlib")  # plot.py needs it
+    with pytest.raises(SystemExit) as exit:
+        runpy.run_path(str(BENCHMARKS / "plot.py"))["main"](["results.json", "--ou", "plots"])
+    assert exit.value.code == 2 and "unrecognized arguments: --ou" in capsys.readouterr().err
+
+
 def test_fresh_inputs_warmup_untimed_checked_and_measured():
     seen, checked = [], []
 

@@ -1,8 +1,8 @@
-"""sort_zarr under a real Ctrl-C: no temporary store left, and no success turned into failure.
+"""sort_zarr and ``gpusort sort`` under a real Ctrl-C: no temporary store left, no success turned into failure.
 
-Each test runs ``sort_zarr`` in a child process on a ``LocalCluster`` of two
-worker processes and sends it SIGINT: to its whole process group, as a
-terminal's Ctrl-C does, so the worker processes get it too.
+Each test runs ``sort_zarr`` (or the command) in a child process on a
+``LocalCluster`` of worker processes and sends it SIGINT: to its whole
+process group, as a terminal's Ctrl-C does, so the worker processes get it too.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+
+from gpusort import runtime
 
 pytestmark = [pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning"),
               pytest.mark.skipif(sys.platform == "win32", reason="process groups and SIGINT are POSIX")]
@@ -104,3 +106,46 @@ def test_ctrl_c_once_the_destination_is_in_place_is_no_failure(tmp_path, hook):
     np.testing.assert_array_equal(zarr.open_array(str(out / "sorted.zarr"))[:], np.sort(x))
     np.testing.assert_array_equal(zarr.open_array(str(out / "sorted.zarr.order"))[:], np.argsort(x, kind="stable"))
     assert leftovers(out, temp) == []
+
+
+@pytest.fixture(scope="module")
+def big_keys(tmp_path_factory) -> Path:
+    """256 MiB of keys: a few seconds of sorting on two cores, so still under way when Ctrl-C comes."""
+    src = tmp_path_factory.mktemp("big") / "keys.zarr"
+    x = np.random.default_rng(2).integers(-2**62, 2**62, 2**25)
+    zarr.create_array(str(src), data=x, chunks=(2**21,), compressors=None)
+    return src
+
+
+@pytest.mark.parametrize("kind", ["local", "process", "cuda"])
+def test_ctrl_c_on_the_command_line_is_one_line(tmp_path, big_keys, kind):
+    """`gpusort sort` on a cluster it starts, Ctrl-C: the command's line alone, status 130, nothing left."""
+    psutil = pytest.importorskip("psutil")
+    if kind == "cuda" and runtime.cuda_cluster_missing():
+        pytest.skip(runtime.cuda_cluster_missing())
+    out, temp = tmp_path / "out", tmp_path / "temp"
+    out.mkdir()
+    temp.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpusort", "sort", str(big_keys), str(out / "sorted.zarr"), "--cluster", kind,
+         "--temp-dir", str(temp), "--quiet"],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True)  # its own process group, as a terminal's
+    try:
+        deadline = time.monotonic() + 120
+        while not leftovers(temp):  # the runs' store: the cluster is up and phase 1 has begun
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the sort never started"
+            time.sleep(0.02)
+        time.sleep(0.3)  # runs being written
+        workers = psutil.Process(proc.pid).children(recursive=True)
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert (proc.returncode, stdout) == (130, ""), err[-2000:]
+    assert err.endswith("gpusort sort: interrupted\n") and len(err.splitlines()) <= 2 and "Traceback" not in err, err
+    _, alive = psutil.wait_procs(workers, timeout=30)  # the worker processes ended with it
+    assert alive == []
+    assert leftovers(out, temp) == [] and list(out.iterdir()) == []

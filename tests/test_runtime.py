@@ -82,7 +82,7 @@ def test_the_probe_and_the_default_backend_agree():
 
 
 def test_options_to_cluster():
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     runtime.add_options(parser, gpu=True)
     args = parser.parse_args(["--cluster", "threads", "--threads", "2", "--memory-limit", "0"])
     assert (args.threads, args.memory_limit, args.gpus, args.protocol) == (2, 0, None, None)

@@ -35,7 +35,6 @@ def test_hundreds_of_chunks_needles_of_any_shape_and_lazy():
     assert gpusort.searchsorted(np.array([], np.int64), [3, 4]).compute().tolist() == [0, 0]
 
 
-@pytest.mark.filterwarnings("ignore:Increasing number of chunks:dask.array.core.PerformanceWarning")
 def test_sorter_and_side_as_numpy_takes_them():
     rng = np.random.default_rng(4)
     x = np.where(rng.random(3000) < 0.05, np.nan, rng.integers(0, 50, 3000).astype(np.float64))
@@ -48,6 +47,24 @@ def test_sorter_and_side_as_numpy_takes_them():
             got = gpusort.searchsorted(d, da.from_array(needles, chunks=17), side, given)
             np.testing.assert_array_equal(got.compute(), want)
     np.testing.assert_array_equal(x[sorter], np.sort(x))  # nothing the user passed is modified
+
+
+@pytest.mark.parametrize("sorter_chunks", [None, 97, 1000])
+def test_a_dask_sorter_costs_a_sort_not_a_gather(sorter_chunks):
+    """Hundreds of chunks: the graph grows with the chunks (no chunk-by-chunk gather), NumPy's answer."""
+    rng = np.random.default_rng(8)
+    x = rng.integers(-50, 50, 40_000).astype(np.float64)  # ties
+    x[rng.random(x.size) < 0.05] = np.nan
+    x[rng.random(x.size) < 0.05] = -0.0
+    d = da.from_array(x, chunks=100)  # 400 chunks
+    sorter = gpusort.argsort(d) if sorter_chunks is None else \
+        da.from_array(np.argsort(x, kind="stable"), chunks=sorter_chunks)
+    needles = da.from_array(np.concatenate([np.arange(-52, 52, 0.5), [np.nan, -0.0, 0.0]]), chunks=50)
+    for side in ("left", "right"):
+        got = gpusort.searchsorted(d, needles, side, sorter)
+        assert len(got.__dask_graph__()) <= 8 * d.numblocks[0], len(got.__dask_graph__())
+        want = np.searchsorted(x, needles.compute(), side, sorter=np.argsort(x, kind="stable"))
+        np.testing.assert_array_equal(got.compute(), want)
 
 
 def test_bad_arguments_are_named():

@@ -70,3 +70,11 @@ def test_workflows_without_a_gpu_say_why_in_one_line(tmp_path, capsys, workflow)
         load(workflow).main(["--cluster", "cuda", "--keys", "100", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert exit.value.code == 2 and err.count("\n") == 1 and "--cluster cuda cannot start here: " in err
+
+
+@pytest.mark.parametrize("workflow", ["zarr_sort", "out_of_core_sort"])
+def test_abbreviated_options_are_refused(tmp_path, capsys, workflow):
+    """--key is no --keys: argparse would take any unambiguous prefix silently."""
+    with pytest.raises(SystemExit) as exit:
+        load(workflow).main(["--key", "100", "--cluster", "threads", "--out", str(tmp_path)])
+    assert exit.value.code == 2 and "unrecognized arguments: --key 100" in capsys.readouterr().err

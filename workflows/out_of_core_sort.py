@@ -42,7 +42,8 @@ from gpusort import runtime  # noqa: E402
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--keys", type=runtime.count, default=2**28,
                         help="number of keys, e.g. 268435456, 1e9 or 2**31 (default: %(default)s)")
     parser.add_argument("--chunks", type=runtime.count, default=16, help="number of input chunks (default: %(default)s)")

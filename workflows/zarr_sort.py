@@ -41,7 +41,8 @@ from gpusort.verification import verify  # noqa: E402
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--src", type=Path, help="a 1-D Zarr array to sort (default: random keys, made first)")
     parser.add_argument("--dst", type=Path,
                         help="where the sorted array goes (default: beside --src as NAME-sorted.zarr, "
