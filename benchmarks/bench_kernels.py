@@ -23,6 +23,8 @@ import numpy as np
 
 from harness import Case, parse_args, run
 
+from gpusort import runtime
+
 GOALS = [  # (op, dtype, unit, goal), read off the summary: issue 14's (float32's is at 2**24: --log2-n 24)
     ("sort", "int32", "Gkeys/s", 25.0),
     ("sort", "int64", "Gkeys/s", 16.0),
@@ -270,6 +272,10 @@ def main(argv=None) -> int:
     unknown = set(args.ops) - set(OPS)
     if unknown:
         print(f"--ops: unknown {','.join(sorted(unknown))}; choose from {','.join(OPS)}", file=sys.stderr)
+        return 2
+    names, why = runtime.gpus()
+    if not names:  # a setup error, as the command line reports them: one line, status 2
+        print(f"bench kernels needs CuPy and a CUDA GPU, and here {why}", file=sys.stderr)
         return 2
     print_kernels()
     chosen = [c for c in cases(args.log2_n) if c.params["op"] in args.ops]

@@ -236,6 +236,11 @@ def _scan_chunk(block: Any, descending: bool | None, device: str) -> tuple[int, 
         return _gpu_scan(block, descending)
     # CuPy has neither datetimes nor byte-swapped dtypes: those stay on the CPU.
     movable = block.dtype.isnative and block.dtype.kind not in "mM"
+    if device == "gpu" and not _gpu_here():
+        from gpusort import runtime
+
+        raise ValueError(f"device='gpu' checks on a GPU, and this worker has none: {runtime.gpus()[1]}; "
+                         "use device='auto' (a GPU where there is one) or device='cpu'")
     if movable and (device == "gpu" or (device == "auto" and _gpu_here())):
         return _staged_scan(block, descending)
     return _scan(block, descending)

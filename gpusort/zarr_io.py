@@ -154,15 +154,13 @@ def sort_zarr(
     Examples
     --------
     >>> import os, tempfile, numpy as np, zarr, gpusort
-    >>> d = tempfile.mkdtemp()
-    >>> src = zarr.create_array(os.path.join(d, "keys.zarr"), shape=(6,), chunks=(2,), dtype="i8")
-    >>> src[:] = [5, 3, 1, 4, 2, 0]
-    >>> gpusort.sort_zarr(os.path.join(d, "keys.zarr"), os.path.join(d, "sorted.zarr"), chunks=4,
-    ...                   argsort_dst=os.path.join(d, "order.zarr"), temp_dir=tempfile.mkdtemp())
-    >>> zarr.open_array(os.path.join(d, "sorted.zarr"))[:]
-    array([0, 1, 2, 3, 4, 5])
-    >>> zarr.open_array(os.path.join(d, "order.zarr"))[:]
-    array([5, 2, 4, 1, 3, 0])
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     src = zarr.create_array(os.path.join(d, "keys.zarr"), shape=(6,), chunks=(2,), dtype="i8")
+    ...     src[:] = [5, 3, 1, 4, 2, 0]
+    ...     gpusort.sort_zarr(os.path.join(d, "keys.zarr"), os.path.join(d, "sorted.zarr"), chunks=4,
+    ...                       argsort_dst=os.path.join(d, "order.zarr"))
+    ...     print(zarr.open_array(os.path.join(d, "sorted.zarr"))[:], zarr.open_array(os.path.join(d, "order.zarr"))[:])
+    [0 1 2 3 4 5] [5 2 4 1 3 0]
     """
     x, dests, backend, chunk, temp = _prepare(
         src, dst, chunks=chunks, descending=descending, backend=backend, argsort_dst=argsort_dst,

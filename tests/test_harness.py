@@ -193,3 +193,29 @@ def test_gpu_bench_dry_run_on_cpu(tmp_path):
     for doc in docs:
         (entry,) = doc["summary"]
         assert entry["status"] == "ok" and entry["phase_runs"] > 0 and "phase_merges" in entry
+
+
+def test_exchange_bench_cpu_groups_end_to_end(tmp_path, capsys):
+    """The engine's CPU rows, tiny: peers in the same run, goal lines, every result verified."""
+    module = runpy.run_path(str(BENCHMARKS / "bench_exchange.py"))
+    assert module["main"](["--cases", "cpu,presorted", "--n-cpu", "20000", "--n-chunks", "8192",
+                           "--n-presorted", "16000", "--repeat", "1", "--warmup", "0", "--out", str(tmp_path)]) == 0
+    docs = {d["benchmark"]: d for d in results(tmp_path)}
+    assert set(docs) == {"exchange-cpu", "exchange-chunks", "exchange-presorted"}
+    cases = {s["case"] for s in docs["exchange-cpu"]["summary"]}
+    assert {"gpusort[2 workers]", "np.sort (one core)"} <= cases
+    assert {s["case"] for s in docs["exchange-presorted"]["summary"]} == {
+        "gpusort[uniform]", "gpusort[sorted]", "gpusort[nearly]"}
+    out = capsys.readouterr().out
+    assert "one core's np.sort" in out and "sorted input" in out and "256 vs 16 chunks" in out
+
+
+def test_kernels_bench_without_a_gpu_is_a_setup_error(tmp_path, capsys):
+    from gpusort import runtime
+
+    if runtime.gpus()[0]:
+        pytest.skip("a GPU is here: the bench runs")
+    module = runpy.run_path(str(BENCHMARKS / "bench_kernels.py"))
+    assert module["main"](["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "needs CuPy and a CUDA GPU" in err and "Traceback" not in err

@@ -214,3 +214,12 @@ def test_bad_arguments(tmp_path, src, dst, error, message):
     src = tmp_path / src if isinstance(src, str) else chunked(src)
     with pytest.raises(error, match=message):
         verify(src, chunked(dst))
+
+
+def test_device_gpu_without_a_gpu_is_named():
+    from gpusort import runtime
+
+    if runtime.gpus()[0]:
+        pytest.skip("a GPU is here: device='gpu' runs")
+    with pytest.raises(ValueError, match="device='gpu'.*device='auto'"):
+        gpusort.verify(np.arange(4), np.arange(4), device="gpu")
