@@ -67,6 +67,13 @@ examples:
     "info": """\
 example:
   gpusort info""",
+    "compile": """\
+Every kernel module gpusort can ask for, for each GPU seen, compiled at once
+on every core into CuPy's kernel cache (CUPY_CACHE_DIR, ~/.cupy/kernel_cache
+by default), so that no first call in any later process compiles.
+
+example:
+  gpusort compile""",
 }
 
 
@@ -193,6 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = command("info", "Print versions, the GPUs seen and the defaults that follow.")
     info.set_defaults(run=_run_info)
+
+    compile_ = command("compile", "Compile every kernel into CuPy's cache, on every core (once a machine).")
+    compile_.add_argument("--threads", type=runtime.count, metavar="N", help="compiler threads (default: cores)")
+    compile_.set_defaults(run=_run_compile)
     return parser
 
 
@@ -291,6 +302,22 @@ def _run_bench(args: argparse.Namespace) -> int:
     # A fresh interpreter, as `python benchmarks/bench_NAME.py ARGS` would be:
     # the file's folder lands on sys.path, so `from harness import ...` works.
     return subprocess.call([sys.executable, str(found[args.name]), *args.args])
+
+
+def _run_compile(args: argparse.Namespace) -> int:
+    names, why = runtime.gpus()
+    if not names:
+        raise UserError(f"compile needs CuPy and a CUDA GPU, and here {why}")
+    import cupy
+
+    from gpusort import kernels
+
+    for device in range(len(names)):
+        start = time.perf_counter()
+        with cupy.cuda.Device(device):
+            modules = kernels.precompile(args.threads)
+        print(f"GPU {device} ({names[device]}): {modules} kernel modules in {time.perf_counter() - start:.1f} s")
+    return 0
 
 
 # --- info ----------------------------------------------------------------------------------

@@ -266,3 +266,20 @@ def test_bench_plot_with_a_bad_file_is_one_line_and_exit_2(tmp_path, capfd, cont
     code = main(["bench", "plot", str(tmp_path / "missing.json")])
     err = capfd.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "missing.json does not exist" in err
+
+
+def test_compile_without_a_gpu_is_a_setup_error():
+    from gpusort import runtime
+
+    if runtime.gpus()[0]:
+        pytest.skip("a GPU is here: compile runs")
+    done = subprocess.run([sys.executable, "-m", "gpusort", "compile"], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "compile needs CuPy" in done.stderr
+
+
+@pytest.mark.gpu
+def test_compile_fills_the_cache_for_every_gpu():
+    done = subprocess.run([sys.executable, "-m", "gpusort", "compile", "--threads", "4"], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("kernel modules in") == len(runtime.gpus()[0])
