@@ -36,7 +36,7 @@ import time
 import dask
 import numpy as np
 from distributed import wait
-from harness import Case, dask_keys, make_keys, parse_args, run_cases
+from harness import Case, dask_keys, make_keys, parse_args, run_cases, synchronize_workers
 
 import gpusort
 from gpusort import runtime
@@ -118,6 +118,7 @@ def cluster_case(name: str, client, n: int, chunks: int, params: dict, to_chunks
         tasks = len(dict(y.__dask_graph__()))
         y = y.persist()
         wait(y)
+        synchronize_workers(client)  # a task ends when its kernels are queued: the GPUs must finish them too
         times.append(time.perf_counter() - clock)
         return y, start, tasks
 

@@ -48,7 +48,8 @@ The contract, one field of :class:`Case` at a time:
     device before the host clock stops, and records the CuPy pool's
     high-water mark (``gpu_pool_bytes``).  The pool is emptied before a
     case's first run only: timed runs find it warm.  Distributed GPU cases stay
-    ``"cpu"``: their ``compute()`` returns only after the workers finished.
+    ``"cpu"`` and wait for the workers' GPUs themselves (:func:`synchronize_workers`):
+    a task ends when its kernels are queued, not when they ran.
 ``requires``
     Modules the case imports; where one is missing (or ``device="gpu"`` and
     no GPU is usable) the case is reported as skipped with the reason, so
@@ -110,6 +111,7 @@ __all__ = [
     "parse_args",
     "persisted",
     "persisted_keys",
+    "synchronize_workers",
     "run",
     "summarize",
     "time_case",
@@ -530,14 +532,26 @@ def gpusort_on_cluster(**sort_kwargs: Any) -> Callable[[da.Array], tuple[da.Arra
 
     def sort(x: da.Array) -> tuple[da.Array, float]:
         import gpusort
-        from distributed import wait
+        from distributed import default_client, wait
 
         start = time.time()
         y = gpusort.sort(x, **sort_kwargs).persist()
         wait(y)
+        synchronize_workers(default_client())
         return y, start
 
     return sort
+
+
+def synchronize_workers(client: Any) -> None:
+    """Wait until every worker's GPU has run the kernels queued on it (CPU workers return at once)."""
+    client.run(_synchronize)
+
+
+def _synchronize() -> None:
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        cupy.cuda.runtime.deviceSynchronize()
 
 
 def _block_keys(positions: np.ndarray, n: int, dtype: np.dtype, distribution: str, seed: int) -> np.ndarray:

@@ -299,6 +299,8 @@ def _start(kind: str, options: dict[str, Any], dashboard: bool) -> Any:
     if devices is not None:
         kw["CUDA_VISIBLE_DEVICES"] = devices
     kw.setdefault("threads_per_worker", 4)
+    # Imported as each worker starts, not inside the first sort's tasks.
+    kw["pre_import"] = ["gpusort.backends.cupy", "gpusort.exchange"]
     from dask_cuda import LocalCUDACluster
 
     return LocalCUDACluster(**kw)
