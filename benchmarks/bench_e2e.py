@@ -13,8 +13,7 @@ is the floor that `plot.py` compares gpusort[cupy] with.
 from __future__ import annotations
 
 import numpy as np
-from distributed import wait
-from harness import Case, cluster, gpusort_on_cluster, make_keys, parse_args, persisted_keys, run
+from harness import Case, cluster, dataframe_peer, gpusort_on_cluster, make_keys, parse_args, persisted_keys, run
 
 from gpusort import runtime
 
@@ -44,20 +43,9 @@ def main(argv=None) -> int:
             np.testing.assert_array_equal(y.compute(), np.sort(x.compute()))
             return {"phases": phases} | link
 
-        def sort_dataframe(x):
-            import dask.dataframe as dd
-
-            y = dd.from_dask_array(x, columns=["k"]).sort_values("k").persist()
-            wait(y)
-            return y
-
-        def check_dataframe(x, y):
-            np.testing.assert_array_equal(y.compute()["k"].to_numpy(), np.sort(x.compute()))
-
         cases = [
             Case(f"gpusort[{args.backend}]", on_cluster, gpusort_on_cluster(backend=args.backend), check_gpusort, args.n, params),
-            Case("dask.dataframe", on_cluster, sort_dataframe, check_dataframe, args.n, params,
-                 requires=("pandas", "pyarrow")),
+            dataframe_peer("dask.dataframe", on_cluster, args.n, params),
             Case("np.sort", lambda rep: make_keys(0, args.n, args.n, args.dtype, args.distribution, rep),
                  np.sort, _check_sorted, args.n, params),
         ]

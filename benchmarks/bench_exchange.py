@@ -36,7 +36,7 @@ import time
 import dask
 import numpy as np
 from distributed import wait
-from harness import Case, dask_keys, make_keys, parse_args, run_cases, synchronize_workers
+from harness import Case, dask_keys, dataframe_peer, make_keys, parse_args, run_cases, synchronize_workers
 
 import gpusort
 from gpusort import runtime
@@ -140,19 +140,8 @@ def group_cpu(args):
     with runtime.cluster("local", workers=2, threads=1) as client:
         cases = [cluster_case("gpusort[2 workers]", client, n, chunks, params)]
 
-        def sort_dataframe(x):
-            import dask.dataframe as dd
-
-            y = dd.from_dask_array(x, columns=["k"]).sort_values("k").persist()
-            wait(y)
-            return y
-
-        def check_dataframe(x, y):
-            np.testing.assert_array_equal(y.compute()["k"].to_numpy(), np.sort(x.compute()))
-
         on_cluster = lambda rep: dask_keys(n, -(-n // chunks), "int64", "uniform", seed=rep).persist()
-        cases += [Case("dask.dataframe[2 workers]", on_cluster, sort_dataframe, check_dataframe, n, params,
-                       requires=("pandas", "pyarrow")),
+        cases += [dataframe_peer("dask.dataframe[2 workers]", on_cluster, n, params),
                   Case("np.sort (one core)", lambda rep: make_keys(0, n, n, "int64", "uniform", rep), np.sort,
                        None, n, params)]
         summary = run_cases("exchange-cpu", args, cases, baseline="np.sort (one core)", show=("tasks",))

@@ -104,6 +104,7 @@ __all__ = [
     "add_ratios",
     "cluster",
     "dask_keys",
+    "dataframe_peer",
     "format_table",
     "gpusort_on_cluster",
     "make_keys",
@@ -541,6 +542,25 @@ def gpusort_on_cluster(**sort_kwargs: Any) -> Callable[[da.Array], tuple[da.Arra
         return y, start
 
     return sort
+
+
+def dataframe_peer(name: str, setup: Callable[[int], Any], items: int, params: dict) -> Case:
+    """``dask.dataframe``'s ``sort_values`` of the keys as one column, persisted on the current client: the peer
+    of the sorts on a cluster, checked against ``np.sort``."""
+
+    def sort(x: da.Array) -> Any:
+        import dask.dataframe as dd
+        from distributed import futures_of, wait
+
+        y = dd.from_dask_array(x, columns=["k"]).sort_values("k").persist()
+        if futures_of(y):
+            wait(y)
+        return y
+
+    def check(x: da.Array, y: Any) -> None:
+        np.testing.assert_array_equal(y.compute()["k"].to_numpy(), np.sort(x.compute()))
+
+    return Case(name, setup, sort, check, items, params, requires=("pandas", "pyarrow"))
 
 
 def synchronize_workers(client: Any) -> None:
