@@ -360,8 +360,9 @@ def _merge(spec: _Merge, splits: np.ndarray, j: int, sides: list) -> Any:
         starts = np.cumsum([0] + [len(k) for k in keys]).tolist()
         _, positions = backend.merge_runs([(k, xp.arange(a, a + len(k), dtype=np.int64))
                                            for k, a in zip(okeys, starts)])
-        merged = xp.concatenate(keys)[positions]
-        return (merged, xp.concatenate(values)[positions]) if carried else merged
+        # concatenate would make big-endian dtypes native: keep the declared ones
+        merged = xp.concatenate(keys, dtype=spec.dtype)[positions]
+        return (merged, xp.concatenate(values, dtype=values[0].dtype)[positions]) if carried else merged
     merged, merged_values = backend.merge_runs(list(zip(okeys, values)))
     merged = order.decode(merged, spec.dtype, spec.descending, "tied")
     if spec.dtype.kind == "f":
@@ -380,9 +381,9 @@ def _restore_ties(spec: _Merge, backend: Any, merged: Any, okeys: list, keys: li
         for o, k in zip(okeys, keys):
             left, right = (int(backend.searchsorted(o, needle, side)[0]) for side in ("left", "right"))
             lo, hi = lo + left, hi + right
-            parts.append(k[left:right])
+            parts.append(k[left:right].view(bits))  # bits: concatenate would swap big-endian floats to native
         if hi > lo:  # equal order keys: the merged run of the class is the pieces' runs, in order
-            merged.view(bits)[lo:hi] = xp.concatenate(parts).view(bits)
+            merged.view(bits)[lo:hi] = xp.concatenate(parts)
 
 
 def _check_length(name: str, c: int, size: int, chunk: Any) -> None:

@@ -91,23 +91,32 @@ def test_merge_on_the_gpu(case, where):
         check_merge(case, to_chunks=lambda x: x.map_blocks(cupy.asarray), to_host=cupy.asnumpy)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", ">f8"])
 @pytest.mark.parametrize("descending", [False, True])
 def test_zeros_and_nan_payloads_keep_their_bits_in_stable_order(dtype, descending):
     """-0.0 ties with 0.0 and NaNs tie with each other: a's first, each input's in its order, every bit kept."""
-    bits = np.dtype(f"u{np.dtype(dtype).itemsize}")
+    bits = np.dtype(f"u{np.dtype(dtype).itemsize}").newbyteorder(np.dtype(dtype).byteorder)
     nans = np.array([np.nan, -np.nan], dtype)
-    payload = nans.view(bits) | bits.type(1)  # NaNs other than the canonical one
+    payload = (nans.view(bits) | bits.type(1)).astype(bits)  # NaNs other than the canonical one
     a = np.concatenate([np.array([-1.0, -0.0, 0.0, -0.0], dtype), nans, payload.view(dtype)])
     b = np.concatenate([np.array([0.0, -0.0, 0.0, 1.0], dtype), payload[::-1].view(dtype), nans[::-1]])
     if descending:
         a, b = (np.concatenate([x[:4][::-1], x[4:]]) for x in (a, b))
-    both = np.concatenate([a, b])
+    both = np.concatenate([a, b], dtype=a.dtype)
     want = both[stable_order(both, descending)]
     for ca, cb, out in [(3, 2, 5), (1, 7, 1), (-1, -1, None), (2, 3, 16)]:
         got = gpusort.merge(da.from_array(a, chunks=ca), da.from_array(b, chunks=cb), descending=descending,
-                            chunks=out)
-        assert_same_keys(got.compute(), want, bits="exact")
+                            chunks=out).compute()
+        assert got.dtype == a.dtype
+        assert_same_keys(got, want, bits="exact")
+        k, v = gpusort.merge_by_key(a, a.astype(np.complex64), b, b.astype(np.complex64), descending=descending)
+        assert_same_keys(k.compute(), want, bits="exact")
+    cz = np.array([complex(-0.0, 1), complex(0.0, 1), complex(np.nan, 0)], ">c16")
+    dz = np.array([complex(0.0, 1), complex(-0.0, 1), complex(np.nan, 0)], ">c16")
+    got = gpusort.merge(da.from_array(cz, chunks=2), da.from_array(dz, chunks=1)).compute()
+    assert got.dtype == cz.dtype
+    np.testing.assert_array_equal(got.view(np.uint8).reshape(6, 16), np.concatenate([cz, dz], dtype=cz.dtype)[[0, 1, 3, 4, 2, 5]]
+                                  .view(np.uint8).reshape(6, 16))
 
 
 @pytest.mark.parametrize("scheduler", ["threads", "sync"])
