@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  
 
 MODULES = [
     "gpusort.api", "gpusort.backends", "gpusort.backends.numpy", "gpusort.budget", "gpusort.cli",
-    "gpusort.composite", "gpusort.corank", "gpusort.graph", "gpusort.kernels", "gpusort.order",
-    "gpusort.runtime", "gpusort.verification", "gpusort.zarr_io", "harness",
+    "gpusort.composite", "gpusort.corank", "gpusort.dataframe", "gpusort.graph", "gpusort.kernels", "gpusort.order",
+    "gpusort.runtime", "gpusort.sorted_merge", "gpusort.verification", "gpusort.zarr_io", "harness",
 ]
 
 
