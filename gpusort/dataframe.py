@@ -263,37 +263,37 @@ def _plan(meta: pd.DataFrame, keys: list[tuple[Any, int]], descending: tuple[boo
 
 
 def _encoded(df: Any, plan: _Plan, lengths: tuple[int, ...]) -> tuple[da.Array, da.Array]:
-    """Composite keys and records of every partition, as Dask arrays: one task per partition makes both."""
+    """Composite keys and records of every partition, as Dask arrays of one task per partition each.
+
+    Two tasks read each partition rather than one making a pair: Dask
+    counts (and spills) a pair and each field taken from it apart, so under
+    memory pressure a pair's arrays would be held, and reloaded, twice.
+    """
     parts = df.to_delayed()
-    name = "encode-" + tokenize(df, plan)
-    graph = HighLevelGraph.from_collections(name, {(name, i): (_encode, plan, p.key) for i, p in enumerate(parts)},
-                                            dependencies=parts)
+    token = tokenize(df, plan)
     words = plan.layout.words
     kchunks = (lengths,) if words == 1 else (lengths, (words,))
     out = []
-    for field, (label, chunks, dtype) in enumerate((("okeys", kchunks, plan.layout.dtype),
-                                                    ("records", (lengths, (plan.width,)), np.dtype(np.uint8)))):
-        layer = f"{label}-{tokenize(name)}"
-        dsk = {(layer, i, *([0] * (len(chunks) - 1))): (_pick, (name, i), field) for i in range(len(lengths))}
-        out.append(da.Array(HighLevelGraph({**graph.layers, layer: dsk}, {**graph.dependencies, layer: {name}}),
-                            layer, chunks, dtype=dtype))
+    for make, chunks, dtype in ((_okeys, kchunks, plan.layout.dtype),
+                                (_records, (lengths, (plan.width,)), np.dtype(np.uint8))):
+        name = f"{make.__name__.strip('_')}-{token}"
+        dsk = {(name, i, *([0] * (len(chunks) - 1))): (make, plan, p.key) for i, p in enumerate(parts)}
+        out.append(da.Array(HighLevelGraph.from_collections(name, dsk, dependencies=parts), name, chunks, dtype=dtype))
     return out[0], out[1]
 
 
-def _pick(pair: tuple, field: int) -> Any:
-    return pair[field]
-
-
-def _encode(plan: _Plan, part: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """One partition's composite order keys and records."""
+def _okeys(plan: _Plan, part: pd.DataFrame) -> np.ndarray:
+    """One partition's composite order keys: every key's order-key columns, in its direction, packed."""
     columns = []
     for f, d in zip(plan.keys, plan.descending):
         columns += order.key_columns(f.values(part), d, "tied")[0]
-    n = len(part)
-    okeys = plan.layout.pack(columns)
+    return plan.layout.pack(columns)
+
+
+def _records(plan: _Plan, part: pd.DataFrame) -> np.ndarray:
+    """One partition's records: the bytes of every carried field, side by side, one row each."""
     fields = [np.ascontiguousarray(f.values(part)) for f in plan.carried]
-    records = np.concatenate([v.view(np.uint8).reshape(n, v.dtype.itemsize) for v in fields], axis=1)
-    return okeys, records
+    return np.concatenate([v.view(np.uint8).reshape(len(part), v.dtype.itemsize) for v in fields], axis=1)
 
 
 def _decode(plan: _Plan, okeys: np.ndarray, records: np.ndarray) -> pd.DataFrame:
