@@ -3,9 +3,10 @@
 Rows (``--rows``), each a table and a JSON file of its own, inputs persisted
 before the clock starts and fresh every repetition:
 
-``merge``            two sorted int64 arrays of ``--merge-n`` keys each, ``--merge-chunks``
-                     chunks each, on the cluster: ``gpusort.merge`` against
-                     ``gpusort.sort`` of their concatenation (goal: 3x faster).
+``merge``            two sorted int64 arrays of ``--merge-n`` keys each (the second
+                     ``--merge-b-n`` if given), ``--merge-chunks`` chunks each, on the
+                     cluster: ``gpusort.merge`` against ``gpusort.sort`` of their
+                     concatenation (goal: 3x faster).
 ``gpu-merge``        the same in CuPy chunks of ``--gpu-merge-n`` keys each, on this
                      process's GPU: against ``gpusort.gpu.merge`` of the two whole
                      arrays (goal: half its rate or more).  Skipped without CuPy.
@@ -16,7 +17,7 @@ before the clock starts and fresh every repetition:
 ``sort_values-big``  ``--big-frame-n`` rows the same way on a new cluster of the same
                      workers with ``--big-memory-limit`` each: does each finish, exact.
 
-    python benchmarks/bench_beyond.py                       # every row at full size
+    python benchmarks/bench_beyond.py --workers 2           # every row at full size, 2 one-thread workers
     python benchmarks/bench_beyond.py --rows merge --merge-n 2**22 --repeat 1
 """
 
@@ -39,6 +40,7 @@ def main(argv=None) -> int:
     def options(p):
         p.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS), help="rows to run (default: all)")
         p.add_argument("--merge-n", type=runtime.count, default=2**26, help="keys in each merge input")
+        p.add_argument("--merge-b-n", type=runtime.count, help="keys in the second merge input (default: --merge-n)")
         p.add_argument("--merge-chunks", type=runtime.count, default=16, help="chunks of each merge input")
         p.add_argument("--gpu-merge-n", type=runtime.count, default=2**29, help="keys in each GPU merge input")
         p.add_argument("--gpu-merge-chunks", type=runtime.count, default=8, help="chunks of each GPU merge input")
@@ -48,15 +50,15 @@ def main(argv=None) -> int:
         p.add_argument("--big-frame-partitions", type=runtime.count, default=32, help="its partitions")
         p.add_argument("--big-memory-limit", type=runtime.size, default=2 * 2**30,
                        help="memory per worker for the big frame (default: 2GiB)")
-        p.set_defaults(repeat=3, workers=2)
+        p.set_defaults(repeat=3)
 
     args = parse_args(__doc__, argv, options, cluster=True)
     failed = 0
     if {"merge", "sort_values"} & set(args.rows):
         with cluster(args):
             if "merge" in args.rows:
-                failed |= run("beyond-merge", args, merge_cases(args.merge_n, args.merge_chunks),
-                              baseline="gpusort.sort")
+                failed |= run("beyond-merge", args, merge_cases(args.merge_n, args.merge_b_n or args.merge_n,
+                                                                args.merge_chunks), baseline="gpusort.sort")
             if "sort_values" in args.rows:
                 failed |= run("beyond-sort_values", args, frame_cases(args.frame_n, args.frame_partitions),
                               baseline="dask.dataframe", show=("partition_imbalance",))
@@ -72,35 +74,35 @@ def main(argv=None) -> int:
     return failed
 
 
-def sorted_keys(n: int, chunks: int, seed: int) -> da.Array:
+def sorted_keys(n: int, chunks: int, seed: int, width: int = 2**20) -> da.Array:
     """``n`` sorted random int64 keys in ``chunks`` chunks, each chunk made where it is computed.
 
-    Position ``i`` draws from ``[i·2^20, (i+1)·2^20)``-wide ranges, so any
-    chunking is sorted and two inputs interleave evenly.
+    Position ``i`` draws from ``[i·width, (i+1)·width)``, so any chunking is
+    sorted, and two inputs that span one range interleave evenly.
     """
     positions = da.arange(n, chunks=-(-n // chunks), dtype=np.int64)
-    return positions.map_blocks(_sorted_block, seed, dtype=np.int64)
+    return positions.map_blocks(_sorted_block, seed, width, dtype=np.int64)
 
 
-def _sorted_block(positions: np.ndarray, seed: int) -> np.ndarray:
+def _sorted_block(positions: np.ndarray, seed: int, width: int) -> np.ndarray:
     start, stop = (int(positions[0]), int(positions[-1]) + 1) if len(positions) else (0, 0)
     rng = np.random.default_rng([seed, start])
-    return np.sort(rng.integers(start << 20, stop << 20, stop - start))
+    return np.sort(rng.integers(start * width, stop * width, stop - start))
 
 
-def merge_cases(n: int, chunks: int) -> list[Case]:
-    params = {"n": 2 * n, "dtype": "int64", "chunks": 2 * chunks}
+def merge_cases(n: int, nb: int, chunks: int) -> list[Case]:
+    params = {"n": n + nb, "dtype": "int64", "chunks": 2 * chunks}
 
     def inputs(rep):
-        return persisted([sorted_keys(n, chunks, 2 * rep), sorted_keys(n, chunks, 2 * rep + 1)])
+        return persisted([sorted_keys(n, chunks, 2 * rep), sorted_keys(nb, chunks, 2 * rep + 1, 2**20 * n // nb)])
 
     def check(ab, y):
         want = np.sort(np.concatenate([x.compute() for x in ab]), kind="stable")
         np.testing.assert_array_equal(y.compute(), want)
 
     return [
-        Case("gpusort.merge", inputs, lambda ab: persisted(gpusort.merge(*ab)), check, 2 * n, params),
-        Case("gpusort.sort", inputs, lambda ab: persisted(gpusort.sort(da.concatenate(ab))), check, 2 * n, params),
+        Case("gpusort.merge", inputs, lambda ab: persisted(gpusort.merge(*ab)), check, n + nb, params),
+        Case("gpusort.sort", inputs, lambda ab: persisted(gpusort.sort(da.concatenate(ab))), check, n + nb, params),
     ]
 
 
