@@ -112,7 +112,8 @@ def gpu_merge_cases(n: int, chunks: int) -> list[Case]:
     def whole(rep):
         import cupy
 
-        return [cupy.asarray(x.compute()) for x in (sorted_keys(n, chunks, 2 * rep), sorted_keys(n, chunks, 2 * rep + 1))]
+        inputs = sorted_keys(n, chunks, 2 * rep), sorted_keys(n, chunks, 2 * rep + 1)
+        return [cupy.asarray(x.compute()) for x in inputs]
 
     def chunked(rep):
         return persisted([da.from_array(x, chunks=-(-n // chunks), asarray=False) for x in whole(rep)])

@@ -141,7 +141,7 @@ class _Field:
     position: int
     dtype: Any
     storage: np.dtype
-    """The NumPy dtype the field travels as: the column's, a tz-aware datetime's UTC datetime64, a categorical's codes."""
+    """The NumPy dtype it travels as: the column's, a tz-aware datetime's UTC datetime64, a categorical's codes."""
 
     def values(self, part: pd.DataFrame) -> np.ndarray:
         column = pd.Series(part.index) if self.position < 0 else part.iloc[:, self.position]
