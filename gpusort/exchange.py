@@ -339,20 +339,28 @@ class SortRun(ShuffleRun[int, Any]):
         if not ids:
             return []
         backend = get_backend(self.spec.backend)
-        if merge_all and self._all_sorted(ids, inputs, scheme, backend):
-            # Parts that are sorted already are runs: no sort, and on sorted
-            # input no merge either (their keys follow one another).
-            return [_Run(k, order.encode(inputs[k][0], self.spec.descending, scheme), inputs[k][1]) for k in ids]
-        groups = _fitting(ids, inputs, backend.run_limit(*inputs[ids[0]])) if merge_all else consecutive(ids)
-        runs = [run for group in groups for run in self._sorted(group, inputs, scheme, cut=merge_all)]
+        runs = self._presorted(ids, inputs, scheme, backend) if merge_all else None
+        if runs is None:
+            groups = _fitting(ids, inputs, backend.run_limit(*inputs[ids[0]])) if merge_all else consecutive(ids)
+            runs = [run for group in groups for run in self._sorted(group, inputs, scheme, cut=merge_all)]
         for run in runs:
             synchronize(run.keys)  # the slices go out through comms that do not wait on the GPU
         return runs
 
-    def _all_sorted(self, ids: list[int], inputs: dict, scheme: str, backend: Any) -> bool:
-        """Whether every input part is sorted already (a sample of each decides for unsorted ones)."""
-        return all(inputs[k][0].ndim == 1 and backend.is_sorted(order.encode(inputs[k][0], self.spec.descending,
-                                                                              scheme)) for k in ids)
+    def _presorted(self, ids: list[int], inputs: dict, scheme: str, backend: Any) -> list[_Run] | None:
+        """Every input part as a run of its own where all are sorted already, else ``None``.
+
+        Sorted parts need no sort, and on sorted input no merge either (their
+        keys follow one another).  Each part is encoded once; the first part
+        that is not sorted (a sample tells, on random input) ends the check.
+        """
+        runs = []
+        for k in ids:
+            okeys = order.encode(inputs[k][0], self.spec.descending, scheme)
+            if okeys.ndim != 1 or not backend.is_sorted(okeys):
+                return None
+            runs.append(_Run(k, okeys, inputs[k][1]))
+        return runs
 
     def _sorted(self, group: list[int], inputs: dict, scheme: str, cut: bool) -> list[_Run]:
         """One run of the parts ``group``, or, where ``cut`` and that does not fit, runs of its halves."""

@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gpusort.backends import namespace
+from gpusort.backends import namespace, to_numpy
 
 _FLOAT_WIDTHS, _COMPLEX_WIDTHS = (2, 4, 8), (8, 16)  # bytes: float16/32/64, complex64/128
 SCHEMES = ("exact", "tied", "float")
@@ -135,17 +135,13 @@ def tie_keys(okeys: Any, dtype: Any, descending: bool, searchsorted: Any) -> set
     zeros = encode(np.array([-0.0, 0.0], dtype), descending, "exact")
     last_number = encode(np.array([np.inf, -np.inf], dtype), descending, "exact").max()
     probes = np.concatenate([zeros, [last_number]]).astype(okeys.dtype)
-    left = [int(i) for i in np.asarray(_host(searchsorted(okeys, probes, "left")))]
-    right = [int(i) for i in np.asarray(_host(searchsorted(okeys, probes, "right")))]
+    left = [int(i) for i in np.asarray(to_numpy(searchsorted(okeys, probes, "left")))]
+    right = [int(i) for i in np.asarray(to_numpy(searchsorted(okeys, probes, "right")))]
     present = {int(z) for z, a, b in zip(zeros, left, right) if b > a}
     first_nan = right[2]
     if first_nan < len(okeys):
-        present |= {int(_host(okeys[first_nan])), int(_host(okeys[len(okeys) - 1]))}
+        present |= {int(to_numpy(okeys[first_nan])), int(to_numpy(okeys[len(okeys) - 1]))}
     return present
-
-
-def _host(x: Any) -> Any:
-    return x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else x
 
 
 def ties_differ(keys: set[int], dtype: Any, descending: bool) -> bool:
