@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from gpusort import order
-from gpusort.backends import Pair, get_backend, in_order, namespace, to_numpy
+from gpusort.backends import Pair, concatenate, get_backend, in_order, namespace, to_numpy
 
 Declared = tuple[int, int, np.dtype, "np.dtype | None"]
 """``(chunk index, length, key dtype, value dtype)``: what the Dask array says a chunk holds."""
@@ -51,13 +51,6 @@ def gathered(declared: Sequence[Declared], offset: int | None, chunks: Sequence[
     if values[0] is None:
         return keys, None
     return keys, concatenate(values, declared[0][3])
-
-
-def concatenate(parts: Sequence[Any], dtype: Any = None) -> Any:
-    """``parts`` end to end, in the dtype given: concatenate alone would make it native-endian."""
-    if len(parts) == 1:
-        return parts[0]
-    return namespace(parts[0]).concatenate(parts, dtype=dtype)
 
 
 def sort_pair(backend: Any, descending: bool, scheme: order.Scheme, keys: Any, values: Any,
@@ -100,14 +93,18 @@ def merge_pieces(backend: Any, dtype: np.dtype, descending: bool, scheme: order.
 def disjoint(runs: Sequence[Any]) -> bool:
     """Whether sorted 1-D runs follow one another: their concatenation is sorted.
 
-    Reads two keys a run, where it lives.
+    Reads two keys a run, where it lives, and none where fewer than two
+    runs hold keys: a read waits for the kernels that write the run.
 
     Examples
     --------
     >>> disjoint([np.array([1, 2]), np.array([], int), np.array([2, 5])]), disjoint([np.array([1, 3]), np.array([2])])
     (True, False)
     """
-    ends = [(to_numpy(r[:1])[0], to_numpy(r[-1:])[0]) for r in runs if len(r) and r.ndim == 1]
-    if len(ends) != sum(1 for r in runs if len(r)):
+    held = [r for r in runs if len(r)]
+    if len(held) < 2:
+        return True
+    if any(r.ndim != 1 for r in held):
         return False  # rows of composite keys: merged
+    ends = [(to_numpy(r[:1])[0], to_numpy(r[-1:])[0]) for r in held]
     return all(in_order(last, first) for (_, last), (first, _) in zip(ends, ends[1:]))

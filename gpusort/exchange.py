@@ -73,7 +73,7 @@ from distributed.utils import sync
 from distributed.utils_comm import retry
 
 from gpusort import chunks, corank, order
-from gpusort.backends import get_backend, in_order, synchronize, to_numpy
+from gpusort.backends import concatenate, get_backend, in_order, synchronize, to_numpy
 
 #: Below this many bytes a message travels as one pickled blob rather than as
 #: frames (distributed's own threshold for P2P shards).
@@ -365,8 +365,8 @@ class SortRun(ShuffleRun[int, Any]):
     def _sorted(self, group: list[int], inputs: dict, scheme: str, cut: bool) -> list[_Run]:
         """One run of the parts ``group``, or, where ``cut`` and that does not fit, runs of its halves."""
         spec = self.spec
-        keys = chunks.concatenate([inputs[k][0] for k in group], spec.key_dtype)
-        values = None if inputs[group[0]][1] is None else chunks.concatenate([inputs[k][1] for k in group])
+        keys = concatenate([inputs[k][0] for k in group], spec.key_dtype)
+        values = None if inputs[group[0]][1] is None else concatenate([inputs[k][1] for k in group])
         try:
             okeys, ovalues = chunks.sort_pair(spec.backend, spec.descending, scheme, keys, values,
                                               overwrite=len(group) > 1)

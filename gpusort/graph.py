@@ -15,7 +15,8 @@
                the runs where they are; absent for one run.
   ``merge-``   one task per block of consecutive output chunks: a k-way merge
                of exactly its slices, decoded back to the user's dtype; the
-               output chunks are views of the block (``sorted-``).
+               output chunks are views of the block (``sorted-``).  One run
+               is not merged: each output chunk is cut from it and decoded.
 
 * **Across worker processes** the runs are formed where the chunks live and
   exchanged once, in bulk, by distributed's P2P machinery
@@ -115,27 +116,31 @@ def extend(graph: HighLevelGraph, name: str, dsk: dict, *deps: str) -> HighLevel
     return HighLevelGraph({**graph.layers, name: dsk}, {**graph.dependencies, name: set(deps)})
 
 
-def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[int, int]] | None = None) -> da.Array:
+def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[int, int]] | None = None,
+           decoded: tuple | None = None) -> da.Array:
     """Field ``field`` of the pairs that tasks ``(name, b)`` compute, as an array.
 
     With ``blocks`` (chunk ranges ``[a, b)``, one per task), task ``b``
-    computes several consecutive chunks and chunk ``i`` is a view of it.
+    computes several consecutive chunks and chunk ``i`` is a view of it;
+    ``decoded`` (:func:`gpusort.order.decode`'s arguments after the keys)
+    decodes each chunk from order keys as it is cut.
     """
-    out = f"{label}-{tokenize(name, field)}"
+    out = f"{label}-{tokenize(name, field, decoded)}"
     if blocks is None:
         dsk = {(out, i): (operator.getitem, (name, i), field) for i in range(len(chunks[0]))}
     else:
         starts = np.concatenate(([0], np.cumsum(chunks[0]))).tolist()
         dsk = {
-            (out, i): (_cut, (name, t), field, starts[i] - starts[a], starts[i + 1] - starts[a])
+            (out, i): (_cut, (name, t), field, starts[i] - starts[a], starts[i + 1] - starts[a], decoded)
             for t, (a, b) in enumerate(blocks)
             for i in range(a, b)
         }
     return da.Array(extend(graph, out, dsk, name), out, chunks, meta=meta_from_array(meta, ndim=1, dtype=dtype))
 
 
-def _cut(pair: Pair, field: int, start: int, stop: int) -> Any:
-    return pair[field][start:stop]
+def _cut(pair: Pair, field: int, start: int, stop: int, decoded: tuple | None = None) -> Any:
+    part = pair[field][start:stop]
+    return part if decoded is None else order.decode(part, *decoded)
 
 
 #: Bounds of the data one run or one merge task takes when chunks are small:
@@ -383,17 +388,25 @@ def merge_sorted_runs(
     last one the remainder, or in the chunk sizes ``chunk`` lists.  Small
     chunks are merged in blocks (:func:`task_groups`); ``dask.config``
     ``gpusort.task-bytes: 0`` merges every chunk in a task of its own.  One
-    run needs no splitters: its one merge block decodes it, and every
-    output chunk is a view of it.
+    run needs no splitters and no merge: every output chunk is cut from it
+    and decoded.
     """
     n, nruns = sum(runs.lengths), len(runs.lengths)
     ranks = corank.output_ranks(n, chunk)
     sizes = tuple(int(c) for c in np.diff(ranks))
     element = runs.element_bytes
+    dtype = np.dtype(key_dtype)
+    chunks = (sizes,)
     if nruns == 1:
+        # The run is the result: each output chunk is cut from it and decoded,
+        # with no task in between to wait for the kernels that sort it.
         blocks = [(0, len(sizes))]
-    else:
-        blocks = task_groups(sizes, element, task_bytes(n * element, is_cupy(runs.meta)))
+        keys = _field(runs.graph, runs.name, 0, "sorted", chunks, runs.meta, dtype, blocks,
+                      decoded=(dtype, descending, runs.scheme))
+        if runs.value_dtype is None:
+            return keys, None
+        return keys, _field(runs.graph, runs.name, 1, "sorted-values", chunks, runs.meta, runs.value_dtype, blocks)
+    blocks = task_groups(sizes, element, task_bytes(n * element, is_cupy(runs.meta)))
     # Merges split the runs only at block edges; inside a block its chunks are
     # consecutive ranks of one merged array.
     edges = ranks[[a for a, _ in blocks] + [blocks[-1][1]]]
@@ -401,12 +414,10 @@ def merge_sorted_runs(
     run_keys = [(runs.name, k) for k in range(nruns)]
     splits = ("splits-" + token,)
     dsk: dict = {splits: (_splits, list(runs.lengths), edges[1:-1], sample_stride, *run_keys)}
-    dtype = np.dtype(key_dtype)
     name = "merge-" + token
     for t in range(len(blocks)):
         dsk[(name, t)] = (_merge_local, backend, dtype, descending, runs.scheme, splits, t, *run_keys)
     graph = extend(runs.graph, name, dsk, runs.name)
-    chunks = (sizes,)
     keys = _field(graph, name, 0, "sorted", chunks, runs.meta, dtype, blocks)
     if runs.value_dtype is None:
         return keys, None
@@ -438,6 +449,8 @@ def _sort_across_workers(keys: da.Array, values: da.Array | None, *, descending:
     sizes = tuple(int(c) for c in np.diff(ranks))
     # P2P's output partitions are blocks of consecutive output chunks, each a
     # view of its owner's merged ranks: a P2P output task costs more than a view.
+    # Not one block a worker: the scheduler may run a view on another worker,
+    # which then fetches the whole block.
     blocks = task_groups(sizes, element, task_bytes(n * element, is_cupy(keys._meta)))
     edges = ranks[[a for a, _ in blocks] + [blocks[-1][1]]]
     spec = dict(edges=tuple(int(r) for r in edges), nparts=len(groups), backend=backend,

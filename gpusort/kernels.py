@@ -912,7 +912,7 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     if n * np.dtype(out_dtype).itemsize < BUCKET_MIN_BYTES or n < 4 * sample_size or k.bucket_count is None:
         return None
     stride = n // sample_size
-    sample = cupy.ascontiguousarray(keys[stride // 2:stride * sample_size:stride])
+    sample = every(keys, stride, stride // 2, sample_size)
     splitters = _splitters(k, sample, descending)
 
     tile = BUCKETS * math.lcm(BUCKET_COUNT_VT, *BUCKET_VT.values())  # the scatter's and the count's tiles divide it
@@ -937,6 +937,30 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     if not scatter:
         return None
     return Buckets(Tiles(count, levels, offsets, tile_bucket, first_tile), out, splitters[1:])
+
+
+def every(keys, step: int, start: int = 0, count: int | None = None, out=None):
+    """``keys[start::step][:count]`` of 1-D CuPy ``keys``, gathered by one pitched copy.
+
+    Into ``out`` if given (a GPU array, or a NumPy array: then the caller
+    synchronizes before reading it), else into a new GPU array.  CuPy would
+    gather a strided view with a copy kernel that it compiles on its first
+    use in a process, which a first sort would pay.
+    """
+    import cupy
+
+    available = max(0, -(-(keys.size - start) // step))
+    count = available if count is None else min(count, available)
+    if out is None:
+        out = cupy.empty(count, keys.dtype)
+    if count:
+        if keys.strides[0] <= 0:
+            raise ValueError(f"keys has stride {keys.strides[0]}: pass keys in memory order")
+        dst = out.data.ptr if isinstance(out, cupy.ndarray) else out.ctypes.data
+        cupy.cuda.runtime.memcpy2DAsync(dst, keys.itemsize, keys.data.ptr + start * keys.strides[0],
+                                        keys.strides[0] * step, keys.itemsize, count,
+                                        cupy.cuda.runtime.memcpyDefault, cupy.cuda.get_current_stream().ptr)
+    return out
 
 
 _side = threading.local()

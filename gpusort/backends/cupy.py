@@ -32,7 +32,7 @@ import gpusort.gpu as gpu
 from gpusort import budget as plan
 from gpusort import kernels, order
 from gpusort import staging
-from gpusort.backends import SORTED_SAMPLE, Pair, in_order
+from gpusort.backends import SORTED_SAMPLE, Pair, concatenate, in_order
 
 #: Share of the free GPU memory the out-of-core path uses when no budget is given.
 DEFAULT_FRACTION = 0.5
@@ -153,7 +153,8 @@ class CupyBackend:
 
             return host.is_sorted(keys)
         step = max(1, len(keys) // SORTED_SAMPLE)
-        sample = cupy.asnumpy(keys[::step])
+        sample = kernels.every(keys, step, out=np.empty(-(-len(keys) // step), keys.dtype))
+        cupy.cuda.get_current_stream().synchronize()
         if not all(in_order(a, b) for a, b in zip(sample[:-1].tolist(), sample[1:].tolist())):
             return False
         return step == 1 or kernels.scan(keys, 0, len(keys), False)[1] is None
@@ -176,7 +177,7 @@ class CupyBackend:
         if any((values is None) != keys_only for _, values in runs):
             raise TypeError("runs mix keys-only runs and (keys, values) runs: pass one kind")
         if runs[0][0].ndim == 2 or not keys_only and runs[0][1].ndim == 2:
-            return _sort_wide(*_concatenate(runs))
+            return _sort_wide(concatenate([k for k, _ in runs]), None if keys_only else concatenate([v for _, v in runs]))
         if on_host:
             with cupy.cuda.Device(thread_device()):
                 return _host_merge(runs, gpu_memory(self.gpu_memory_budget))
@@ -216,12 +217,6 @@ def _sort_wide(keys: Any, values: Any) -> Pair:
     else:
         perm = gpu.argsort(keys)
     return keys[perm], None if values is None else _to_device(values)[perm]
-
-
-def _concatenate(runs: Sequence[Pair]) -> Pair:
-    xp = cupy if not isinstance(runs[0][0], np.ndarray) else np
-    keys = xp.concatenate([k for k, _ in runs])
-    return keys, None if runs[0][1] is None else xp.concatenate([v for _, v in runs])
 
 
 @functools.cache
