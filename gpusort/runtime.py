@@ -212,6 +212,11 @@ def cluster(
             raise KeyboardInterrupt
         client = Client(started)
         client.wait_for_workers(len(started.workers))
+        if resolved == "cuda":
+            from gpusort.warmup import WarmKernels, warm_links
+
+            client.register_plugin(WarmKernels())
+            warm_links(client)
         yield _ready(client, dashboard)
         # Tens of GiB of pinned memory to unmap would outlast the nanny's patience at close.
         client.run(_free_pinned_memory)

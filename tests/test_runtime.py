@@ -148,3 +148,19 @@ def test_progress_leaves_a_terminal_alone(monkeypatch):
 def test_write_json_never_overwrites(tmp_path):
     paths = {runtime.write_json(tmp_path, "demo", {"n": i}) for i in range(5)}
     assert len(paths) == 5 and all(p.name.startswith("demo-") for p in paths)
+
+
+def test_warm_links_sends_between_every_ordered_pair_of_workers(monkeypatch):
+    """Every worker receives one buffer from each other worker (host buffers stand in for GPU ones)."""
+    from distributed import Client, LocalCluster
+
+    from gpusort import warmup
+
+    monkeypatch.setattr(warmup, "_gpu_buffer", lambda nbytes: np.zeros(nbytes, np.uint8))
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        warmup.warm_links(client, 1000)
+        received = {w.address: sorted(e["who"] for e in w.transfer_incoming_log) for w in cluster.workers.values()}
+    assert {w: len(set(senders)) for w, senders in received.items()} == dict.fromkeys(received, 2)
+    assert all(w not in senders for w, senders in received.items())
+

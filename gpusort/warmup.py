@@ -1,0 +1,120 @@
+"""Kernels loaded as a GPU worker starts, so that its first sort does not wait for them.
+
+A process loads a kernel module set the first time a call needs it: read
+from CuPy's on-disk cache and loaded onto the GPU, tens of milliseconds a
+set (compiled first, seconds, where the cache lacks it: ``gpusort
+compile``).  A worker's first sort would pay that on its critical path.
+:class:`WarmKernels`, a distributed worker plugin, loads the sets that most
+sorts use in a background thread as each worker starts, while the user's
+data is still being loaded; a sort that needs a set still loading waits for
+it rather than loading it again (:func:`gpusort.kernels.kernels`).
+:func:`gpusort.runtime.cluster` registers it on the GPU clusters it starts;
+on another cluster, ``client.register_plugin(WarmKernels())``.
+
+Between GPU workers the first exchange also opens their links: UCX
+endpoints, and each worker maps the memory pool its peers send from (once
+per pool allocation, seconds for a large pool).  :func:`warm_links` sends a
+buffer between every pair of workers as the cluster starts, so a first
+sort meets open links.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+from distributed import WorkerPlugin
+
+#: ``(key dtype, value dtype or None)`` of the sorts whose kernels are loaded:
+#: keys-only sorts of the common dtypes; 64-bit keys with 8-byte values, and
+#: the order keys of an argsort, which carry int64 positions.
+COMMON: tuple[tuple[str, str | None], ...] = (("int64", None), ("float64", None), ("int32", None),
+                                              ("float32", None), ("int64", "int64"), ("uint64", "int64"))
+
+logger = logging.getLogger(__name__)
+
+
+def warm(sorts: Sequence[tuple[str, str | None]] = COMMON) -> None:
+    """Load the kernels of ascending sorts of ``sorts`` on the current GPU, each once per process.
+
+    A few keys of each are sorted: a sort loads the whole set of kernels
+    its dtypes need, whatever its length, and the same set serves every
+    later sort of those dtypes, short or long.
+
+    Examples
+    --------
+    >>> warm([("int64", None)])  # doctest: +SKIP
+    """
+    import cupy
+
+    from gpusort import gpu
+
+    for key, value in sorts:
+        keys = cupy.asarray(np.arange(4096, 0, -1).astype(key))
+        if value is None:
+            gpu.sort(keys)
+        else:
+            gpu.sort_pairs(keys, cupy.asarray(np.arange(4096).astype(value)))
+
+
+class WarmKernels(WorkerPlugin):
+    """A worker plugin: :func:`warm` in a background thread as each worker starts.
+
+    Parameters
+    ----------
+    sorts : sequence of (dtype, dtype or None)
+        The sorts whose kernels to load, as :data:`COMMON`.
+
+    Examples
+    --------
+    >>> client.register_plugin(WarmKernels())  # doctest: +SKIP
+    """
+
+    name = "gpusort-warm-kernels"
+
+    def __init__(self, sorts: Sequence[tuple[str, str | None]] = COMMON):
+        self.sorts = tuple(sorts)
+
+    def setup(self, worker: Any) -> None:
+        #: Set once the kernels are loaded, or failed to (``error``): on the worker's copy of the plugin.
+        self.done = threading.Event()
+        self.error: Exception | None = None
+        threading.Thread(target=self._run, name="gpusort-warm-kernels", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            warm(self.sorts)
+        except Exception as exc:  # the sort that needs the set meets the same error, and raises it
+            self.error = exc
+            logger.warning("gpusort: loading kernels as the worker started failed: %s", exc)
+        finally:
+            self.done.set()
+
+
+def warm_links(client: Any, nbytes: int = 16 * 2**20) -> None:
+    """``nbytes`` of GPU memory sent between every ordered pair of ``client``'s workers, then dropped.
+
+    Opens the links between GPU workers before the first sort: the
+    connections that the exchange's messages reuse, and each worker's
+    mapping of its peers' memory pool.  The buffers are made and received
+    on the workers; this process touches no GPU.  Nothing to do for one
+    worker.
+
+    Examples
+    --------
+    >>> warm_links(client)  # doctest: +SKIP
+    """
+    workers = list(client.scheduler_info(n_workers=-1)["workers"])
+    pairs = [(a, b) for a in workers for b in workers if a != b]
+    sent = [client.submit(_gpu_buffer, nbytes, workers=[a], pure=False) for a, _ in pairs]
+    received = [client.submit(len, buffer, workers=[b], pure=False) for buffer, (_, b) in zip(sent, pairs)]
+    client.gather(received)
+    del sent, received
+
+
+def _gpu_buffer(nbytes: int) -> Any:
+    import cupy
+
+    return cupy.zeros(nbytes, np.uint8)
