@@ -36,7 +36,8 @@ import time
 import dask
 import numpy as np
 from distributed import wait
-from harness import Case, dask_keys, dataframe_peer, make_keys, parse_args, run_cases, synchronize_workers
+from harness import (Case, dask_keys, dataframe_peer, gpu_keys, make_keys, parse_args, run_cases,
+                     synchronize_workers)
 
 import gpusort
 from gpusort import runtime
@@ -94,19 +95,18 @@ def exchange_sent(client) -> int:
     return sum(s["bytes"] for s in client.run(sent).values())
 
 
-def cluster_case(name: str, client, n: int, chunks: int, params: dict, to_chunks=None, distribution="uniform",
+def cluster_case(name: str, client, n: int, chunks: int, params: dict, make=dask_keys, distribution="uniform",
                  **sort_kwargs) -> Case:
     """A sort on ``client`` of ``n`` fresh int64 keys in ``chunks`` chunks, verified, with its costs.
 
-    Its first run (the harness's warm-up, in workers that never sorted) is
-    kept as ``first_seconds``.
+    ``make`` makes the keys (:func:`harness.dask_keys`' arguments): host
+    chunks by default.  Its first run (the harness's warm-up, in workers
+    that never sorted) is kept as ``first_seconds``.
     """
     times: list[float] = []
 
     def setup(rep):
-        x = dask_keys(n, -(-n // chunks), "int64", distribution, seed=1000 * chunks + rep)
-        if to_chunks is not None:
-            x = to_chunks(x)
+        x = make(n, -(-n // chunks), "int64", distribution, seed=1000 * chunks + rep)
         x = x.persist()
         wait(x)
         return x, exchange_sent(client)
@@ -229,7 +229,7 @@ def group_gpus(args):
         for gpus in [int(g) for g in args.gpu_counts.split(",")]:
             with runtime.cluster("cuda", gpus=gpus, threads=args.gpu_threads, protocol=args.protocol) as client:
                 case = cluster_case(f"gpusort[cupy chunks, {gpus} GPU]", client, n, p, {**params, "gpus": gpus},
-                                    to_chunks=lambda x: x.map_blocks(cupy.asarray, meta=cupy.empty(0, np.int64)))
+                                    make=gpu_keys)
                 summary += run_cases(f"exchange-gpus{gpus}-{n}", args, [case],
                                      show=("first_seconds", "exchange_gib", "exchange_gbps"))
     _ratios(summary)
