@@ -31,6 +31,7 @@ on the workers), bytes the exchange moved between workers and its rate.
 
 from __future__ import annotations
 
+import operator
 import time
 
 import dask
@@ -142,11 +143,16 @@ def group_cpu(args):
 
         on_cluster = lambda rep: dask_keys(n, -(-n // chunks), "int64", "uniform", seed=rep).persist()
         cases += [dataframe_peer("dask.dataframe[2 workers]", on_cluster, n, params),
+                  Case("dask p2p rechunk, no sort[2 workers]", on_cluster, p2p_floor, None, n, params),
                   Case("np.sort (one core)", lambda rep: make_keys(0, n, n, "int64", "uniform", rep), np.sort,
                        None, n, params)]
         summary = run_cases("exchange-cpu", args, cases, baseline="np.sort (one core)", show=("tasks",))
         m = args.n_chunks
         scale = [cluster_case("gpusort[2 workers]", client, m, p, {"n": m, "chunks": p}) for p in (16, 256)]
+        # What a task per chunk costs this cluster, whatever it does: the floor of any graph with P chunks.
+        scale += [Case("dask, one view a chunk[2 workers]",
+                       lambda rep, p=p: dask_keys(m, -(-m // p), "int64", "uniform", seed=7000 + rep).persist(),
+                       one_task_a_chunk, None, m, {"n": m, "chunks": p}) for p in (16, 256)]
         summary += run_cases("exchange-chunks", args, scale, show=("tasks",))
     by = {(e["case"], e["params"]["n"], e["params"]["chunks"]): e for e in summary if e["status"] == "ok"}
     ours, numpy_, frame = (by.get((c, n, chunks)) for c in ("gpusort[2 workers]", "np.sort (one core)",
@@ -158,8 +164,32 @@ def group_cpu(args):
     few, many = by.get(("gpusort[2 workers]", m, 16)), by.get(("gpusort[2 workers]", m, 256))
     if few and many:
         print(f"goal: 256 vs 16 chunks {many['median_seconds'] / few['median_seconds']:.2f}x (<= 2); "
-              f"tasks at P = J = 256: {many['tasks']:.0f}\n")
+              f"tasks at P = J = 256: {many['tasks']:.0f}")
+    few, many = by.get(("dask, one view a chunk[2 workers]", m, 16)), by.get(("dask, one view a chunk[2 workers]", m, 256))
+    if few and many:
+        print(f"the floor: a task a chunk alone, 256 vs 16 chunks {many['median_seconds'] / few['median_seconds']:.2f}x\n")
     return summary
+
+
+def p2p_floor(x: dask.array.Array) -> dask.array.Array:
+    """Dask's own P2P exchange of ``x``, no sort: every chunk's second half moves to the next chunk.
+
+    What any sort on Dask's P2P machinery pays before it sorts anything:
+    a transfer task per input chunk, the barrier, an output task per chunk,
+    and about half the data moved.
+    """
+    c = x.chunks[0]
+    shifted = (c[0] // 2,) + tuple((a - a // 2) + b // 2 for a, b in zip(c, c[1:])) + (c[-1] - c[-1] // 2,)
+    y = x.rechunk((shifted,), method="p2p").persist()
+    wait(y)
+    return y
+
+
+def one_task_a_chunk(x: dask.array.Array) -> dask.array.Array:
+    """A view of every chunk of ``x``, one task each, persisted: Dask's cost per chunk, no work."""
+    y = x.map_blocks(operator.getitem, slice(None), dtype=x.dtype).persist()
+    wait(y)
+    return y
 
 
 def group_presorted(args):
