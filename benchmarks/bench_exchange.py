@@ -37,7 +37,7 @@ import time
 import dask
 import numpy as np
 from distributed import wait
-from harness import (Case, dask_keys, dataframe_peer, gpu_keys, make_keys, parse_args, run_cases,
+from harness import (Case, dask_keys, dataframe_peer, gpu_keys, gpu_uniform, make_keys, parse_args, run_cases,
                      synchronize_workers)
 
 import gpusort
@@ -242,7 +242,7 @@ def group_gpus(args):
 
     def whole(n):
         def setup(rep):
-            return cupy.random.default_rng(rep).integers(-(2**62), 2**62, n, dtype=np.int64)
+            return gpu_uniform(n, np.int64, rep)
 
         def check(x, y):
             assert bool(verify(x, y)), "cupy.sort's output is not x sorted"

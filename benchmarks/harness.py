@@ -506,11 +506,21 @@ def gpu_keys(n: int, chunks: int, dtype: Any, distribution: str, seed: int) -> d
 
 
 def _gpu_block(dtype: np.dtype, size: int, seed: int, block: int) -> Any:
+    return gpu_uniform(size, dtype, seed * 1_000_003 + block)
+
+
+def gpu_uniform(size: int, dtype: Any, seed: int) -> Any:
+    """``size`` integer keys on the current GPU, uniform over the dtype's range at 53 bits of resolution.
+
+    Drawn as floats and scaled: CuPy's ``Generator.integers`` passed wide
+    ranges through 32-bit integers until cupy/cupy#10151 (issue #9745),
+    raising where nobody sees it and leaving the array partly unwritten.
+    """
     import cupy
 
     info = np.iinfo(dtype)
-    return cupy.random.default_rng(seed * 1_000_003 + block).integers(info.min, info.max, size, dtype=dtype,
-                                                                       endpoint=True)
+    u = cupy.random.default_rng(seed).random(size)
+    return (u * (float(info.max) - float(info.min)) + float(info.min)).astype(dtype)
 
 
 def persisted_keys(n: int, chunk: int, dtype: Any, distribution: str, seed: int) -> da.Array:

@@ -125,7 +125,7 @@ def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[in
     ``decoded`` (:func:`gpusort.order.decode`'s arguments after the keys)
     decodes each chunk from order keys as it is cut.
     """
-    out = f"{label}-{tokenize(name, field, decoded)}"
+    out = f"{label}-{tokenize(name, field, decoded, chunks, blocks)}"
     if blocks is None:
         dsk = {(out, i): (operator.getitem, (name, i), field) for i in range(len(chunks[0]))}
     else:

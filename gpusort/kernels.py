@@ -945,17 +945,25 @@ def every(keys, step: int, start: int = 0, count: int | None = None, out=None):
     Into ``out`` if given (a GPU array, or a NumPy array: then the caller
     synchronizes before reading it), else into a new GPU array.  CuPy would
     gather a strided view with a copy kernel that it compiles on its first
-    use in a process, which a first sort would pay.
+    use in a process, which a first sort would pay; only a view with a
+    stride of zero or less (reversed, broadcast) takes that gather.
     """
     import cupy
 
     available = max(0, -(-(keys.size - start) // step))
     count = available if count is None else min(count, available)
+    if keys.strides[0] <= 0:  # a reversed or broadcast view: CuPy's own gather
+        picked = keys[start::step][:count]
+        if out is None:
+            return cupy.ascontiguousarray(picked)
+        if isinstance(out, cupy.ndarray):
+            out[...] = picked
+        else:
+            picked.get(out=out)
+        return out
     if out is None:
         out = cupy.empty(count, keys.dtype)
     if count:
-        if keys.strides[0] <= 0:
-            raise ValueError(f"keys has stride {keys.strides[0]}: pass keys in memory order")
         dst = out.data.ptr if isinstance(out, cupy.ndarray) else out.ctypes.data
         cupy.cuda.runtime.memcpy2DAsync(dst, keys.itemsize, keys.data.ptr + start * keys.strides[0],
                                         keys.strides[0] * step, keys.itemsize, count,

@@ -68,3 +68,14 @@ def test_argsort_rows_of_sorted_runs_is_lexsorts_order(words):
     rows = np.concatenate(runs)
     np.testing.assert_array_equal(composite.argsort_rows(rows, runs=True), np.lexsort(rows.T[::-1]))
 
+
+def test_numpy_backend_merges_composite_keys_without_values():
+    """Runs of 2-D keys alone merge row by row, not word by word."""
+    from gpusort.backends.numpy import BACKEND
+
+    runs = [np.array([[0, 9], [1, 2]], np.uint64), np.array([[0, 3], [1, 5]], np.uint64)]
+    keys, values = BACKEND.merge_runs([(r, None) for r in runs])
+    rows = np.concatenate(runs)
+    np.testing.assert_array_equal(keys, rows[np.lexsort(rows.T[::-1])])
+    assert values is None
+

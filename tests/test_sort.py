@@ -50,6 +50,32 @@ def test_cupy_backend_matches_numpy(case, where):
         check_against_numpy(case, to_chunks=lambda a: a.map_blocks(cupy.asarray), to_host=cupy.asnumpy)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("view", ["reversed", "broadcast"])
+def test_cupy_chunks_that_are_strided_views(view):
+    """Chunks whose stride is negative or zero sort as copies of them would (a sample reads them as they are)."""
+    cupy = pytest.importorskip("cupy")
+    x = np.random.default_rng(4).integers(-50, 50, 300_000) if view == "reversed" else np.full(300_000, 7)
+    if view == "reversed":
+        keys = da.from_array(x[::-1].copy(), chunks=100_000).map_blocks(cupy.asarray)[::-1]
+    else:
+        keys = da.from_array(np.array([7]), chunks=1).map_blocks(cupy.asarray).map_blocks(
+            lambda one: cupy.broadcast_to(one, (100_000,)), chunks=((100_000,),))
+        keys = da.concatenate([keys] * 3)
+    for chunks in (None, 100_000):  # one run of one chunk as it is, and runs across chunks
+        np.testing.assert_array_equal(cupy.asnumpy(gpusort.sort(keys, chunks=chunks).compute()), np.sort(x))
+
+
+def test_two_sorts_of_one_input_into_different_chunks_compute_together():
+    """Output chunks cut from one run are named after their chunks: two chunkings never share a name."""
+    x = np.random.default_rng(2).integers(0, 1000, 1000)
+    keys = da.from_array(x, chunks=250)
+    a, b = gpusort.sort(keys, chunks=100), gpusort.sort(keys, chunks=300)
+    assert a.name != b.name
+    with dask.config.set(scheduler="threads"):
+        np.testing.assert_array_equal(da.concatenate([a, b]).compute(), np.concatenate([np.sort(x)] * 2))
+
+
 def check_against_numpy(case, backend=None, to_chunks=lambda a: a, to_host=np.asarray):
     """sort, argsort and sort_by_key of one drawn case, exactly as the independent reference says."""
     x, chunks, out, descending = case

@@ -153,8 +153,9 @@ class CupyBackend:
 
             return host.is_sorted(keys)
         step = max(1, len(keys) // SORTED_SAMPLE)
-        sample = kernels.every(keys, step, out=np.empty(-(-len(keys) // step), keys.dtype))
-        cupy.cuda.get_current_stream().synchronize()
+        with keys.device:  # the copy queued after the kernels that wrote the keys, on their device
+            sample = kernels.every(keys, step, out=np.empty(-(-len(keys) // step), keys.dtype))
+            cupy.cuda.get_current_stream().synchronize()
         if not all(in_order(a, b) for a, b in zip(sample[:-1].tolist(), sample[1:].tolist())):
             return False
         return step == 1 or kernels.scan(keys, 0, len(keys), False)[1] is None

@@ -48,7 +48,9 @@ class NumpyBackend:
         # padding dropped): keep the dtypes the graph declares.
         keys = np.concatenate([k for k, _ in runs], dtype=runs[0][0].dtype)
         if runs[0][1] is None:
-            if keys.ndim == 1 and keys.dtype.kind != "f":  # ours: timsort merges it in place, no second copy
+            if keys.ndim == 2:
+                return keys[argsort_rows(keys, runs=True)], None
+            if keys.dtype.kind != "f":  # the concatenation is ours: timsort merges it in place, no second copy
                 keys.sort(kind="stable")
                 return keys, None
             return _sort_keys(keys, runs=True), None
