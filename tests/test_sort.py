@@ -52,18 +52,25 @@ def test_cupy_backend_matches_numpy(case, where):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("view", ["reversed", "broadcast"])
-def test_cupy_chunks_that_are_strided_views(view):
-    """Chunks whose stride is negative or zero sort as copies of them would (a sample reads them as they are)."""
+@pytest.mark.parametrize("pieces", [1, 3])
+def test_cupy_chunks_that_are_strided_views(view, pieces):
+    """Chunks whose stride is negative or zero sort as copies of them would.
+
+    One chunk is its own run, read as it is (the sorted-input sample reads
+    the view); several are concatenated first.
+    """
     cupy = pytest.importorskip("cupy")
-    x = np.random.default_rng(4).integers(-50, 50, 300_000) if view == "reversed" else np.full(300_000, 7)
+    n = 300_000
+    x = np.random.default_rng(4).integers(-50, 50, n) if view == "reversed" else np.full(n, 7)
+    meta = cupy.empty(0, np.int64)
     if view == "reversed":
-        keys = da.from_array(x[::-1].copy(), chunks=100_000).map_blocks(cupy.asarray)[::-1]
+        keys = da.from_array(x[::-1].copy(), chunks=n // pieces).map_blocks(cupy.asarray, meta=meta)[::-1]
     else:
-        keys = da.from_array(np.array([7]), chunks=1).map_blocks(cupy.asarray).map_blocks(
-            lambda one: cupy.broadcast_to(one, (100_000,)), chunks=((100_000,),))
-        keys = da.concatenate([keys] * 3)
-    for chunks in (None, 100_000):  # one run of one chunk as it is, and runs across chunks
-        np.testing.assert_array_equal(cupy.asnumpy(gpusort.sort(keys, chunks=chunks).compute()), np.sort(x))
+        one = da.from_array(np.array([7]), chunks=1).map_blocks(cupy.asarray, meta=meta)
+        keys = da.concatenate([one.map_blocks(lambda a: cupy.broadcast_to(a, (n // pieces,)),
+                                              chunks=((n // pieces,),), meta=meta)] * pieces)
+    assert keys.chunks == ((n // pieces,) * pieces,)
+    np.testing.assert_array_equal(cupy.asnumpy(gpusort.sort(keys).compute()), np.sort(x))
 
 
 def test_two_sorts_of_one_input_into_different_chunks_compute_together():
