@@ -38,7 +38,7 @@ import dask
 import numpy as np
 from distributed import wait
 from harness import (Case, dask_keys, dataframe_peer, gpu_keys, gpu_uniform, make_keys, parse_args, run_cases,
-                     synchronize_workers)
+                     synchronize_workers, warm_gpu_keys)
 
 import gpusort
 from gpusort import runtime
@@ -258,6 +258,7 @@ def group_gpus(args):
         cupy.get_default_memory_pool().free_all_blocks()
         for gpus in [int(g) for g in args.gpu_counts.split(",")]:
             with runtime.cluster("cuda", gpus=gpus, threads=args.gpu_threads, protocol=args.protocol) as client:
+                warm_gpu_keys(client)
                 case = cluster_case(f"gpusort[cupy chunks, {gpus} GPU]", client, n, p, {**params, "gpus": gpus},
                                     make=gpu_keys)
                 summary += run_cases(f"exchange-gpus{gpus}-{n}", args, [case],

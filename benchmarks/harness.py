@@ -505,6 +505,21 @@ def gpu_keys(n: int, chunks: int, dtype: Any, distribution: str, seed: int) -> d
     return da.concatenate(blocks) if blocks else da.from_array(cupy.empty(0, dtype))
 
 
+def warm_gpu_keys(client: Any, dtype: Any = np.int64) -> None:
+    """Compile :func:`gpu_keys`' CuPy kernels in every worker before a first sort is timed.
+
+    Their first use in a process compiles for about a second while holding
+    the interpreter; a block still drawing then (work stealing runs a slow
+    block twice, once on an idle worker) stalls that worker's share of the
+    first sort's output.  A first sort measures the sort, not the drawing.
+    """
+    client.run(_warm_block, np.dtype(dtype))
+
+
+def _warm_block(dtype: np.dtype) -> None:
+    gpu_uniform(16, dtype, 0).sum().item()
+
+
 def _gpu_block(dtype: np.dtype, size: int, seed: int, block: int) -> Any:
     return gpu_uniform(size, dtype, seed * 1_000_003 + block)
 

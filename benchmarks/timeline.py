@@ -27,7 +27,7 @@ import time
 
 import dask
 from distributed import wait
-from harness import gpu_keys, synchronize_workers
+from harness import gpu_keys, synchronize_workers, warm_gpu_keys
 
 import gpusort
 from gpusort import runtime
@@ -48,6 +48,26 @@ def spans(client, start: float) -> None:
     for (name, action), (count, first, last, total) in sorted(rows.items(), key=lambda kv: kv[1][1]):
         print(f"   {name[:28]:28s} {action:9s} n={count:3d}  {first * 1e3:7.1f} - {last * 1e3:7.1f} ms"
               f"  sum {total * 1e3:7.1f} ms")
+
+
+def tasks(client, start: float) -> None:
+    """Every task after ``start``, by start: key, worker, action and its span in ms; then each worker's exchange."""
+    rows = []
+    for task in client.get_task_stream(start=start):
+        key = task["key"] if isinstance(task["key"], str) else f"{task['key'][0].rsplit('-', 1)[0]}[{task['key'][1]}]"
+        for s in task["startstops"]:
+            rows.append((s["start"] - start, s["stop"] - start, key, task["worker"].rsplit(":", 1)[1], s["action"]))
+    for first, last, key, worker, action in sorted(rows):
+        print(f"   {key[:32]:32s} {worker:>6s} {action:9s} {first * 1e3:7.1f} - {last * 1e3:7.1f} ms")
+    for worker, timed in client.run(_exchanges, start).items():
+        print(f"   exchange on {worker.rsplit(':', 1)[1]}: " + ", ".join(
+            f"{(s - start) * 1e3:.1f} - {(s - start + sum(d.values())) * 1e3:.1f} ms" for s, d in timed))
+
+
+def _exchanges(since: float) -> list:
+    from gpusort import exchange
+
+    return [(s, d) for s, d in exchange._timed if s >= since]
 
 
 def kernel_seconds(*chunks) -> dict[str, float]:
@@ -79,10 +99,12 @@ def main(argv=None) -> int:
     p.add_argument("--gpus", type=int, default=1, help="GPU workers (default: %(default)s)")
     p.add_argument("--repeat", type=int, default=5, help="repetitions, the first in fresh workers (default: %(default)s)")
     p.add_argument("--protocol", default="ucx", help="tcp or ucx (default: %(default)s)")
+    p.add_argument("--tasks", action="store_true", help="also every task of every repetition")
     args = p.parse_args(argv)
     n = runtime.count(args.n)
     chunk = -(-n // args.chunks)
     with runtime.cluster("cuda", gpus=args.gpus, threads=4, protocol=args.protocol) as client:
+        warm_gpu_keys(client)
         for rep in range(args.repeat):
             x = gpu_keys(n, chunk, "int64", "uniform", seed=rep).persist()
             wait(x)
@@ -97,8 +119,10 @@ def main(argv=None) -> int:
             synced = time.perf_counter() - clock
             print(f"rep {rep}: graph {built * 1e3:.1f} ms, tasks done {waited * 1e3:.1f} ms, "
                   f"GPUs done {synced * 1e3:.1f} ms ({n / synced / 1e9:.2f} Gkeys/s)", flush=True)
-            if rep in (0, args.repeat - 1):
+            if rep in (0, args.repeat - 1) or args.tasks:
                 spans(client, start)
+                if args.tasks:
+                    tasks(client, start)
                 print("   phases:", {k: round(v, 4) for k, v in runtime.phase_seconds(client, start).items()})
             report = gpusort.verify(x, y)
             assert report.ok, str(report)

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gpusort.backends import namespace, to_numpy
+from gpusort.backends import concatenate, every, to_numpy
 from gpusort.composite import argsort_rows
 
 
@@ -257,14 +257,14 @@ def exact_splits(runs: Sequence[Any], ranks: np.ndarray, g: int | None = None) -
 
 def samples(run: Any, g: int) -> np.ndarray:
     """Every ``g``-th key of a run (NumPy or CuPy), in host memory."""
-    return np.ascontiguousarray(to_numpy(run[::g]))
+    return every(run, g)
 
 
 def window_keys(run: Any, plan: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
     """Run ``k``'s window keys ``run[lo[j, k]:hi[j, k]]`` of every boundary ``j``, in host memory."""
     lo, hi = plan
     parts = [run[a:b] for a, b in zip(lo[:, k].tolist(), hi[:, k].tolist())]
-    return np.ascontiguousarray(to_numpy(namespace(run).concatenate(parts) if parts else run[:0]))
+    return np.ascontiguousarray(to_numpy(concatenate(parts) if parts else run[:0]))
 
 
 def split_vectors(

@@ -940,19 +940,21 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
 
 
 def every(keys, step: int, start: int = 0, count: int | None = None, out=None):
-    """``keys[start::step][:count]`` of 1-D CuPy ``keys``, gathered by one pitched copy.
+    """``keys[start::step][:count]`` of CuPy ``keys`` (1-D, or rows), gathered by one pitched copy.
 
     Into ``out`` if given (a GPU array, or a NumPy array: then the caller
     synchronizes before reading it), else into a new GPU array.  CuPy would
     gather a strided view with a copy kernel that it compiles on its first
     use in a process, which a first sort would pay; only a view with a
-    stride of zero or less (reversed, broadcast) takes that gather.
+    stride of zero or less (reversed, broadcast) or rows that are not
+    contiguous take that gather.
     """
     import cupy
 
-    available = max(0, -(-(keys.size - start) // step))
+    available = max(0, -(-(keys.shape[0] - start) // step))
     count = available if count is None else min(count, available)
-    if keys.strides[0] <= 0:  # a reversed or broadcast view: CuPy's own gather
+    shape = (count,) + keys.shape[1:]
+    if keys.strides[0] <= 0 or not keys[:1].flags.c_contiguous:  # CuPy's own gather
         picked = keys[start::step][:count]
         if out is None:
             return cupy.ascontiguousarray(picked)
@@ -961,6 +963,15 @@ def every(keys, step: int, start: int = 0, count: int | None = None, out=None):
         else:
             picked.get(out=out)
         return out
+    if out is None:
+        out = cupy.empty(shape, keys.dtype)
+    if count:
+        row = keys.itemsize * math.prod(keys.shape[1:])
+        dst = out.data.ptr if isinstance(out, cupy.ndarray) else out.ctypes.data
+        cupy.cuda.runtime.memcpy2DAsync(dst, row, keys.data.ptr + start * keys.strides[0],
+                                        keys.strides[0] * step, row, count,
+                                        cupy.cuda.runtime.memcpyDefault, cupy.cuda.get_current_stream().ptr)
+    return out
     if out is None:
         out = cupy.empty(count, keys.dtype)
     if count:

@@ -61,7 +61,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from gpusort import composite, corank, multikey, order
 from gpusort.api import as_dask, check_flag, output_chunk, resolve_backend
-from gpusort.backends import BackendSpec, backend_spec, get_backend, is_cupy, namespace, to_numpy
+from gpusort.backends import BackendSpec, backend_spec, every, get_backend, is_cupy, namespace, to_numpy
 from gpusort.budget import parse_budget
 
 
@@ -311,7 +311,7 @@ def _meta(x: da.Array) -> Any:
 
 def _samples(spec: _Merge, start: int, g: int, chunk: Any) -> np.ndarray:
     """The order keys at this input's positions ``0, g, 2g, ...`` that fall in this chunk (from ``start``)."""
-    return np.ascontiguousarray(to_numpy(spec.okeys(chunk[-start % g::g])))
+    return np.ascontiguousarray(spec.okeys(every(chunk, g, -start % g)))
 
 
 def _plan(g: int, lengths: list[int], inner: np.ndarray, samples_a: list, samples_b: list):

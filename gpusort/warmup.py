@@ -11,6 +11,14 @@ it rather than loading it again (:func:`gpusort.kernels.kernels`).
 :func:`gpusort.runtime.cluster` registers it on the GPU clusters it starts;
 on another cluster, ``client.register_plugin(WarmKernels())``.
 
+Distributed runs a P2P output task first wherever the scheduler places it
+and, where that is not the worker that holds its chunk, raises
+``Reschedule``; the worker pickles that exception's traceback, and the first
+such pickle in a process maps every imported module to its file
+(:func:`inspect.getmodule`): most of a second in a GPU worker, whose
+imports number thousands, on the first sort's critical path.  The plugin's
+thread maps them once the kernels are loaded (:func:`map_modules`).
+
 Between GPU workers the first exchange also opens their links: UCX
 endpoints, and each worker maps the memory pool its peers send from (once
 per pool allocation, seconds for a large pool).  :func:`warm_links` sends a
@@ -20,6 +28,7 @@ sort meets open links.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from typing import Any, Sequence
@@ -59,8 +68,21 @@ def warm(sorts: Sequence[tuple[str, str | None]] = COMMON) -> None:
             gpu.sort_pairs(keys, cupy.asarray(np.arange(4096).astype(value)))
 
 
+def map_modules() -> None:
+    """Map the file of every module imported so far to its module, as :func:`inspect.getmodule` caches it.
+
+    A lookup of a file not yet mapped maps the modules not yet mapped, so
+    a later call, and the lookups after it, only map modules imported since.
+
+    Examples
+    --------
+    >>> map_modules()
+    """
+    inspect.getmodule(compile("", "<gpusort: map modules>", "exec"))
+
+
 class WarmKernels(WorkerPlugin):
-    """A worker plugin: :func:`warm` in a background thread as each worker starts.
+    """A worker plugin: :func:`warm`, then :func:`map_modules`, in a background thread as each worker starts.
 
     Parameters
     ----------
@@ -90,6 +112,7 @@ class WarmKernels(WorkerPlugin):
             self.error = exc
             logger.warning("gpusort: loading kernels as the worker started failed: %s", exc)
         finally:
+            map_modules()
             self.done.set()
 
 

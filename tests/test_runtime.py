@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import io
+import subprocess
+import sys
 import time
 
 import dask
@@ -148,6 +150,15 @@ def test_progress_leaves_a_terminal_alone(monkeypatch):
 def test_write_json_never_overwrites(tmp_path):
     paths = {runtime.write_json(tmp_path, "demo", {"n": i}) for i in range(5)}
     assert len(paths) == 5 and all(p.name.startswith("demo-") for p in paths)
+
+
+def test_map_modules_maps_every_imported_module_file():
+    """What a worker's first Reschedule would map (inspect's module cache) is mapped beforehand."""
+    code = ("import inspect, os, distributed.worker as w; from gpusort.warmup import map_modules; "
+            "path = os.path.realpath(w.__file__); before = path in inspect.modulesbyfile; map_modules(); "
+            "print(before, path in inspect.modulesbyfile)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]
 
 
 def test_warm_links_sends_between_every_ordered_pair_of_workers(monkeypatch):

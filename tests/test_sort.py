@@ -73,6 +73,24 @@ def test_cupy_chunks_that_are_strided_views(view, pieces):
     np.testing.assert_array_equal(cupy.asnumpy(gpusort.sort(keys).compute()), np.sort(x))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["1-D", "rows", "reversed", "column"])
+def test_every_gathers_a_gpu_sample_like_numpy(layout):
+    """The splitters' samples of a GPU run (every ``step``-th key from ``start``) are NumPy's strided slice."""
+    cupy = pytest.importorskip("cupy")
+    from gpusort.backends import every
+
+    rows = np.random.default_rng(5).integers(0, 2**62, (1001, 3)).astype(np.uint64)
+    on_gpu = cupy.asarray(rows)
+    x, gpu = {"1-D": (rows[:, 0].copy(), cupy.asarray(rows[:, 0].copy())), "rows": (rows, on_gpu),
+              "reversed": (rows[::-1, 1], cupy.asarray(rows[:, 1].copy())[::-1]),
+              "column": (rows[:, 2], on_gpu[:, 2])}[layout]
+    for step, start in [(1, 0), (7, 3), (1000, 999), (5000, 0), (3, 1001)]:
+        got = every(gpu, step, start)
+        assert isinstance(got, np.ndarray) and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, x[start::step])
+
+
 def test_two_sorts_of_one_input_into_different_chunks_compute_together():
     """Output chunks cut from one run are named after their chunks: two chunkings never share a name."""
     x = np.random.default_rng(2).integers(0, 1000, 1000)

@@ -186,3 +186,31 @@ def concatenate(parts: Sequence[Any], dtype: Any = None) -> Any:
 def to_numpy(x: Any) -> Any:
     """``x`` in host memory; the splitter math runs there on a few keys."""
     return x.get() if is_cupy(x) else x
+
+
+def every(x: Any, step: int, start: int = 0) -> Any:
+    """``x[start::step]`` (NumPy or CuPy, 1-D or rows) as a contiguous host array.
+
+    Samples for splitters: a GPU array's are gathered by the copy engine
+    (:func:`gpusort.kernels.every`), not by the copy kernel CuPy would
+    compile for a strided view on its first use in a process.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> every(np.arange(10), 4, 1)
+    array([1, 5, 9])
+    """
+    import numpy
+
+    if not is_cupy(x):
+        return numpy.ascontiguousarray(x[start::step])
+    import cupy
+
+    from gpusort import kernels
+
+    out = numpy.empty((max(0, -(-(x.shape[0] - start) // step)),) + x.shape[1:], x.dtype)
+    with x.device:  # the copy queued after the kernels that wrote x, on their device
+        kernels.every(x, step, start, out=out)
+        cupy.cuda.get_current_stream().synchronize()
+    return out

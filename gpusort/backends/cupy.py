@@ -32,7 +32,7 @@ import gpusort.gpu as gpu
 from gpusort import budget as plan
 from gpusort import kernels, order
 from gpusort import staging
-from gpusort.backends import SORTED_SAMPLE, Pair, concatenate, in_order
+from gpusort.backends import SORTED_SAMPLE, Pair, concatenate, every, in_order
 
 #: Share of the free GPU memory the out-of-core path uses when no budget is given.
 DEFAULT_FRACTION = 0.5
@@ -153,9 +153,7 @@ class CupyBackend:
 
             return host.is_sorted(keys)
         step = max(1, len(keys) // SORTED_SAMPLE)
-        with keys.device:  # the copy queued after the kernels that wrote the keys, on their device
-            sample = kernels.every(keys, step, out=np.empty(-(-len(keys) // step), keys.dtype))
-            cupy.cuda.get_current_stream().synchronize()
+        sample = every(keys, step)
         if not all(in_order(a, b) for a, b in zip(sample[:-1].tolist(), sample[1:].tolist())):
             return False
         return step == 1 or kernels.scan(keys, 0, len(keys), False)[1] is None
