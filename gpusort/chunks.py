@@ -24,10 +24,7 @@ def gathered(declared: Sequence[Declared], offset: int | None, chunks: Sequence[
     """Consecutive input chunks ``(keys, values, keys, values, ...)`` as one pair, checked against ``declared``.
 
     With ``offset`` (argsort) the values are the global positions of the keys,
-    from ``offset`` on.  The splitters trust the declared chunk lengths, so a
-    chunk that loads short, long or as another dtype would silently lose or
-    garble elements downstream: it is stopped here, by name.  Byte order
-    alone may differ.
+    from ``offset`` on.  Each chunk is checked first (:func:`check_declared`).
 
     Examples
     --------
@@ -35,15 +32,8 @@ def gathered(declared: Sequence[Declared], offset: int | None, chunks: Sequence[
     ...          [np.array([5, 4]), None, np.array([3]), None])
     (array([5, 4, 3]), array([10, 11, 12]))
     """
+    check_declared(declared, chunks)
     keys, values = chunks[0::2], chunks[1::2]
-    for (k, length, dtype, value_dtype), kc, vc in zip(declared, keys, values):
-        for what, got, want in (("keys", kc, dtype), ("values", vc, value_dtype)):
-            if got is not None and (len(got) != length or not np.can_cast(got.dtype, want, "equiv")):
-                raise ValueError(
-                    f"input chunk {k} loaded {len(got)} {what} of dtype {got.dtype}, but its dask array "
-                    f"declares {length} of dtype {want}: fix the source of chunk {k}, or declare the "
-                    "array's real chunks and dtype"
-                )
     xp = namespace(keys[0])
     keys = concatenate(keys, declared[0][2])
     if offset is not None:
@@ -51,6 +41,23 @@ def gathered(declared: Sequence[Declared], offset: int | None, chunks: Sequence[
     if values[0] is None:
         return keys, None
     return keys, concatenate(values, declared[0][3])
+
+
+def check_declared(declared: Sequence[Declared], chunks: Sequence[Any]) -> None:
+    """Raise where an input chunk ``(keys, values, keys, values, ...)`` is not what ``declared`` says.
+
+    The splitters trust the declared chunk lengths, so a chunk that loads
+    short, long or as another dtype would silently lose or garble elements
+    downstream: it is stopped here, by name.  Byte order alone may differ.
+    """
+    for (k, length, dtype, value_dtype), kc, vc in zip(declared, chunks[0::2], chunks[1::2]):
+        for what, got, want in (("keys", kc, dtype), ("values", vc, value_dtype)):
+            if got is not None and (len(got) != length or not np.can_cast(got.dtype, want, "equiv")):
+                raise ValueError(
+                    f"input chunk {k} loaded {len(got)} {what} of dtype {got.dtype}, but its dask array "
+                    f"declares {length} of dtype {want}: fix the source of chunk {k}, or declare the "
+                    "array's real chunks and dtype"
+                )
 
 
 def sort_pair(backend: Any, descending: bool, scheme: order.Scheme, keys: Any, values: Any,
@@ -74,6 +81,31 @@ def sort_chunks(backend: Any, descending: bool, scheme: order.Scheme, offset: in
     Several chunks are concatenated into a temporary, which the sort may use.
     """
     return sort_pair(backend, descending, scheme, *gathered(declared, offset, chunks), overwrite=len(declared) > 1)
+
+
+def sort_chunks_whole(backend: Any, dtype: np.dtype, descending: bool, scheme: order.Scheme, offset: int | None,
+                      declared: Sequence[Declared], *chunks: Any) -> Pair:
+    """All input chunks sorted as one run and decoded to ``dtype``: the whole result in one task.
+
+    Host chunks on a backend that sorts them in one step
+    (``sort_parts``: the CuPy backend within its budget) are uploaded, encoded,
+    sorted, decoded and downloaded there, with no host pass over them; else
+    :func:`sort_chunks`, then decoded.
+    """
+    check_declared(declared, chunks)
+    sorter = get_backend(backend)
+    keys, values = list(chunks[0::2]), list(chunks[1::2])
+    whole = getattr(sorter, "sort_parts", None)
+    if whole is not None and isinstance(keys[0], np.ndarray):
+        n = sum(len(k) for k in keys)
+        run = whole([np.ascontiguousarray(k, declared[0][2]) for k in keys],
+                    (offset, n) if offset is not None else None if values[0] is None
+                    else [np.ascontiguousarray(v, declared[0][3]) for v in values],
+                    lambda k: order.encode(k, descending, scheme), lambda k: order.decode(k, dtype, descending, scheme))
+        if run is not None:
+            return run
+    okeys, ovalues = sort_chunks(backend, descending, scheme, offset, declared, *chunks)
+    return order.decode(okeys, dtype, descending, scheme), ovalues
 
 
 def merge_pieces(backend: Any, dtype: np.dtype, descending: bool, scheme: order.Scheme, pieces: list[Pair]) -> Pair:

@@ -43,9 +43,10 @@ from dask.array.utils import meta_from_array
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
+from gpusort import budget as plan
 from gpusort import chunks as tasks
 from gpusort import corank, exchange, order
-from gpusort.backends import Pair, is_cupy
+from gpusort.backends import BackendSpec, Pair, is_cupy
 
 #: The sort's phases and the task-name prefixes of each, in the order they run.
 #: Timing by phase (:mod:`gpusort.runtime`, the benchmarks, the workflows) reads
@@ -367,9 +368,67 @@ def sort(
     if exchange_method() == "p2p" and keys.shape[0]:
         return _sort_across_workers(keys, values, descending=descending, backend=backend, chunk=chunk,
                                     positions=positions, keys_returned=keys_returned)
+    if whole_on_gpu(keys, values, backend, positions):
+        return _sort_whole(keys, values, descending=descending, backend=backend, chunk=chunk,
+                           positions=positions, keys_returned=keys_returned)
     runs = form_runs(keys, values, descending=descending, backend=backend, positions=positions,
                      keys_returned=keys_returned)
     return merge_sorted_runs(runs, key_dtype=keys.dtype, descending=descending, chunk=chunk, backend=backend)
+
+
+#: The sort footprint the graph assumes the default GPU memory budget holds
+#: (:data:`gpusort.backends.cupy.DEFAULT_FRACTION` of the free memory, known
+#: only on the worker): about 1 GiB of int64 keys.  A sort planned as one
+#: step that finds less there still sorts, out of core, in its one task.
+WHOLE_DEFAULT_BYTES = 3 * 2**30
+
+
+def whole_on_gpu(keys: da.Array, values: da.Array | None, backend: Any, positions: bool) -> bool:
+    """Whether host chunks sort in one task that takes them to the GPU once: up, one sort, down.
+
+    Where the CuPy backend sorts host chunks whose sort fits its GPU memory
+    budget, out-of-core runs and merges would only move every key across
+    the host link twice more.  Keys 1-D of a real dtype (order keys of one
+    word), values 1-D; ``dask.config`` ``gpusort.task-bytes`` set to a size
+    keeps runs of that size.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> x = da.zeros(2**20, chunks=2**18)
+    >>> whole_on_gpu(x, None, "cupy", False), whole_on_gpu(x, None, "numpy", False)
+    (True, False)
+    """
+    spec = backend if isinstance(backend, BackendSpec) else BackendSpec(backend)
+    if spec.name != "cupy" or is_cupy(keys._meta) or keys.ndim != 1 or not keys.shape[0] \
+            or keys.dtype.kind not in "biufmM" or (values is not None and values.ndim != 1) \
+            or _task_bytes_setting() is not None:
+        return False
+    vb = 8 if positions else 0 if values is None else values.dtype.itemsize
+    need = plan.sort_bytes(int(keys.shape[0]), keys.dtype.itemsize, vb)
+    if spec.gpu_memory_budget is None:
+        return need <= WHOLE_DEFAULT_BYTES
+    return need <= spec.gpu_memory_budget * plan.PLAN_FRACTION
+
+
+def _sort_whole(keys: da.Array, values: da.Array | None, *, descending: bool, backend: Any,
+                chunk: int | tuple[int, ...], positions: bool, keys_returned: bool
+                ) -> tuple[da.Array, da.Array | None]:
+    """:func:`sort` as one task (:func:`gpusort.chunks.sort_chunks_whole`) whose output chunks are views of it."""
+    scheme = order.scheme_for(values is not None or positions, keys_returned)
+    n = int(keys.shape[0])
+    sizes = tuple(int(c) for c in np.diff(corank.output_ranks(n, chunk)))
+    name = "runs-" + tokenize(keys, values, descending, backend, positions, scheme, "whole")
+    dsk = {(name, 0): (tasks.sort_chunks_whole, backend, keys.dtype, descending, scheme, 0 if positions else None,
+                       declared_chunks(keys, values, 0, keys.numblocks[0]),
+                       *chunk_inputs(keys, values, 0, keys.numblocks[0]))}
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[keys] if values is None else [keys, values])
+    blocks = [(0, len(sizes))]
+    out = _field(graph, name, 0, "sorted", (sizes,), keys._meta, keys.dtype, blocks)
+    if values is None and not positions:
+        return out, None
+    value_dtype = np.dtype(np.int64) if positions else values.dtype
+    return out, _field(graph, name, 1, "sorted-values", (sizes,), keys._meta, value_dtype, blocks)
 
 
 def merge_sorted_runs(

@@ -91,6 +91,75 @@ def test_every_gathers_a_gpu_sample_like_numpy(layout):
         np.testing.assert_array_equal(got, x[start::step])
 
 
+def test_host_chunks_on_the_gpu_sort_in_one_task_where_the_budget_holds_them():
+    """The graph's choice of one whole GPU step for host chunks: backend, budget, dtype and settings decide."""
+    x = da.zeros(2**20, np.int64, chunks=2**18)
+    assert graph.whole_on_gpu(x, None, "cupy", False)
+    assert not graph.whole_on_gpu(x, None, "numpy", False)
+    roomy, tight = (gpusort.backends.BackendSpec("cupy", b) for b in (2**26, 2**24))
+    assert graph.whole_on_gpu(x, None, roomy, True) and not graph.whole_on_gpu(x, None, tight, True)
+    assert not graph.whole_on_gpu(x.astype(np.complex128), None, "cupy", False)
+    assert not graph.whole_on_gpu(da.zeros(2**40, np.int64, chunks=2**36), None, "cupy", False)
+    with dask.config.set({"gpusort.task-bytes": "1MiB"}):
+        assert not graph.whole_on_gpu(x, None, "cupy", False)
+    out, _ = graph.sort(x, descending=False, backend="cupy", chunk=2**18)
+    names = [k[0].split("-")[0] for k in dict(out.__dask_graph__())]
+    assert names.count("runs") == 1 and names.count("sorted") == 4 and not {"splits", "merge"} & set(names)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("what", ["keys", "values", "positions"])
+def test_sort_chunks_whole_is_the_decoded_sort_of_all_chunks(what, descending):
+    """One task's whole sort, here on the backend without a one-step sort (NumPy): stable, decoded, exact bits."""
+    from gpusort import chunks, order
+
+    rng = np.random.default_rng(6)
+    x = make_keys(rng, "float64", 5000, "nan")
+    cuts = [0, 1000, 1000, 3001, 5000]
+    parts = [x[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+    vals = np.arange(5000, dtype=np.int32) * 3
+    inputs = [p for a, b, k in zip(cuts[:-1], cuts[1:], parts) for p in (k, vals[a:b] if what == "values" else None)]
+    declared = [(i, b - a, x.dtype, vals.dtype if what == "values" else None)
+                for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
+    scheme = order.scheme_for(what != "keys", True)
+    keys, values = chunks.sort_chunks_whole("numpy", x.dtype, descending, scheme,
+                                            0 if what == "positions" else None, declared, *inputs)
+    want = ref_argsort(x, descending)
+    assert_same_keys(keys, x[want], bits="exact")
+    if what == "keys":
+        assert values is None
+    else:
+        np.testing.assert_array_equal(values, vals[want] if what == "values" else want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("budget", [None, "64MiB", "8MiB"])
+@pytest.mark.parametrize("dtype", ["int64", "float64", "uint16"])
+def test_host_chunks_whole_on_the_gpu_exact(budget, dtype):
+    """Host chunks sorted in one GPU step (or, past the budget, out of core in that task): every bit, ties stable."""
+    pytest.importorskip("cupy")
+    from gpusort import chunks, order
+    from gpusort.backends import backend_spec
+    from gpusort.budget import parse_budget
+
+    x = make_keys(np.random.default_rng(7), dtype, 600_001, "nan" if dtype == "float64" else "few")
+    keys = da.from_array(x, chunks=(100_000, 1, 0, 250_000, 250_000))
+    values = da.from_array(np.arange(len(x), dtype=np.int64)[::-1].copy(), chunks=keys.chunks)
+    want = ref_argsort(x)
+    got = gpusort.sort(keys, backend="cupy", gpu_memory_budget=budget).compute()
+    assert_same_keys(got, x[want], bits="exact")
+    k, v = gpusort.sort_by_key(keys, values, backend="cupy", gpu_memory_budget=budget)
+    np.testing.assert_array_equal(v.compute(), values.compute()[want])
+    np.testing.assert_array_equal(gpusort.argsort(keys, backend="cupy", gpu_memory_budget=budget).compute(), want)
+    # The task itself past its budget: the one-step sort declines, the task sorts out of core.
+    spec = backend_spec("cupy", parse_budget("8MiB"))
+    inputs = [p for c in keys.blocks for p in (c.compute(), None)]
+    declared = [(i, int(c), x.dtype, None) for i, c in enumerate(keys.chunks[0])]
+    out, _ = chunks.sort_chunks_whole(spec, x.dtype, True, "exact", None, declared, *inputs)
+    assert_same_keys(out, x[ref_argsort(x, True)], bits="exact")
+    assert all(isinstance(a, np.ndarray) for a in (got, out))
+
+
 def test_two_sorts_of_one_input_into_different_chunks_compute_together():
     """Output chunks cut from one run are named after their chunks: two chunkings never share a name."""
     x = np.random.default_rng(2).integers(0, 1000, 1000)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import cupy
 import numpy as np
@@ -36,11 +36,6 @@ from gpusort.backends import SORTED_SAMPLE, Pair, concatenate, every, in_order
 
 #: Share of the free GPU memory the out-of-core path uses when no budget is given.
 DEFAULT_FRACTION = 0.5
-#: Share of the budget the steps are planned to fill; the rest absorbs the pool's
-#: rounding and fragmentation (the pool's limit is the whole budget).  0.9 was
-#: too little: after earlier sorts in the same worker a 48 MiB budget failed a
-#: 6.8 MB allocation with 43.6 MB held (H100, test_gpu_e2e).
-PLAN_FRACTION = 0.75
 
 _memories: dict[tuple[int, int], staging.GpuMemory] = {}
 _defaults: dict[int, int] = {}
@@ -146,6 +141,33 @@ class CupyBackend:
             out_k, out_v = kernels.mergesort(k, None if v is None else _bits(v), overwrite_input=True)
             return out_k, None if v is None else out_v.view(v.dtype)
         return (gpu.sort(k), None) if v is None else gpu.sort_pairs(k, v)
+
+    def sort_parts(self, keys: Sequence[np.ndarray], values: Sequence[np.ndarray] | tuple[int, int] | None,
+                   encode: Callable[[Any], Any], decode: Callable[[Any], Any]) -> Pair | None:
+        """Host ``keys`` parts (and ``values`` parts) as one sorted run in host memory, in one GPU step.
+
+        The parts go up into one buffer, are encoded (``encode``: keys to
+        order keys), sorted, decoded (``decode``) and come down once: every
+        key crosses the link once each way and the host never passes over
+        them.  ``values`` may be ``(offset, n)``: positions ``offset …
+        offset + n - 1``, made on the GPU (argsort).  ``None`` where the step
+        does not fit the budget, or the parts are not 1-D arrays in native
+        byte order with values the kernels move: the caller sorts another way.
+        """
+        positions = isinstance(values, tuple)
+        parts = list(keys) + ([] if values is None or positions else list(values))
+        if not all(p.ndim == 1 and p.dtype.isnative for p in parts):
+            return None
+        if values is not None and not positions and values[0].dtype.itemsize not in _MOVABLE:
+            return None
+        n = sum(len(k) for k in keys)
+        vb = 8 if positions else 0 if values is None else values[0].dtype.itemsize
+        with cupy.cuda.Device(thread_device()):
+            memory = gpu_memory(self.gpu_memory_budget)
+            if n == 0 or plan.sort_bytes(n, keys[0].dtype.itemsize, vb) > _plan_bytes(memory):
+                return None
+            nbytes = plan.sort_bytes(n, keys[0].dtype.itemsize, vb)
+            return memory.run(nbytes, _whole_step, memory, keys, values, encode, decode)
 
     def is_sorted(self, keys: Any) -> bool:
         if isinstance(keys, np.ndarray):
@@ -263,7 +285,7 @@ def _host_merge(runs: Sequence[Pair], memory: staging.GpuMemory) -> Pair:
 
 
 def _plan_bytes(memory: staging.GpuMemory) -> int:
-    return int(memory.budget * PLAN_FRACTION)
+    return int(memory.budget * plan.PLAN_FRACTION)
 
 
 def _bits(values: np.ndarray) -> np.ndarray:
@@ -301,6 +323,28 @@ def _sort_step(memory: staging.GpuMemory, keys: np.ndarray, values: np.ndarray |
     result = kernels.mergesort(*staged, overwrite_input=True)  # two copies of the data on the GPU, not three
     del staged
     _download(memory, result, out)
+
+
+def _whole_step(memory: staging.GpuMemory, keys: Sequence[np.ndarray],
+                values: Sequence[np.ndarray] | tuple[int, int] | None, encode, decode) -> Pair:
+    okeys = encode(_staged(keys))  # the upload's buffer is freed as the order keys replace it
+    if isinstance(values, tuple):
+        offset, n = values
+        v = cupy.arange(offset, offset + n, dtype=np.int64)
+    else:
+        v = None if values is None else _bits(_staged(values))
+    if okeys.dtype in kernels.KEY_TYPES and okeys.dtype not in kernels.EXACT_FLOATS:
+        okeys, v = kernels.mergesort(okeys, v, overwrite_input=True)  # two copies on the GPU, not three
+    elif v is None:
+        okeys = gpu.sort(okeys)
+    else:
+        okeys, v = gpu.sort_pairs(okeys, v)
+    result = decode(okeys), v
+    del okeys
+    dtype = values[0].dtype if values is not None and not isinstance(values, tuple) else np.dtype(np.int64)
+    out = tuple(None if x is None else np.empty(x.shape, x.dtype) for x in result)
+    _download(memory, result, out)
+    return out[0], None if out[1] is None else out[1].view(dtype)
 
 
 def _merge_step(memory: staging.GpuMemory, pieces: Sequence[Pair], out: Pair) -> None:
