@@ -41,7 +41,7 @@ import threading
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -167,19 +167,26 @@ def is_pinned(x: np.ndarray) -> bool:
     return attrs.type == _MEMORY_TYPE_HOST
 
 
-def to_device(host: np.ndarray, out: cupy.ndarray) -> None:
-    """Copy contiguous ``host`` into ``out`` (same size and dtype) on ``streams().work``; async.
+def to_device(host: np.ndarray | Sequence[np.ndarray], out: cupy.ndarray) -> None:
+    """Copy contiguous ``host`` (an array, or parts laid end to end) into ``out`` on ``streams().work``; async.
 
-    Pinned sources go in one DMA; pageable ones through the pinned slots,
-    in stripes, one per lane.  Kernels enqueued on ``work`` afterwards see
-    the data.
+    ``out`` has the bytes of all parts.  Pinned sources go in one DMA each;
+    pageable ones through the pinned slots, in stripes, one per lane, each
+    lane packing as many parts into a slot as it holds: a merge's hundreds
+    of small slices cost a DMA per slot, not a lane and a DMA per slice.
+    Kernels enqueued on ``work`` afterwards see the data.
     """
-    src, dst = _bytes(host), out.view(np.uint8).reshape(-1)
-    s = streams().work
-    if is_pinned(host):
-        dst.set(src, stream=s)
+    parts = [_bytes(p) for p in ([host] if isinstance(host, np.ndarray) else host) if p.nbytes]
+    dst, s = out.view(np.uint8).reshape(-1), streams().work
+    if sum(p.size for p in parts) != dst.size:
+        raise ValueError(f"to_device: {sum(p.size for p in parts)} bytes of parts into {dst.size} bytes")
+    if all(is_pinned(p) for p in parts):
+        at = 0
+        for p in parts:
+            dst[at:at + p.size].set(p, stream=s)
+            at += p.size
         return
-    _striped(_up_lane, src, dst, s)
+    _striped(_up_lane, parts, dst, s)
 
 
 def to_host(dev: cupy.ndarray, out: np.ndarray) -> None:
@@ -203,19 +210,34 @@ def to_host(dev: cupy.ndarray, out: np.ndarray) -> None:
 def _striped(lane_fn, src: Any, dst: Any, s: cupy.cuda.Stream) -> None:
     """``lane_fn`` over equal stripes of ``src -> dst``, one per lane lent, each on its own thread.
 
-    Each lane pipelines its stripe through its two slots on its own, so a
-    copy pays one fork and join, not one per slice, and the host-side
-    copies (and the page faults of a fresh target) run on every lane at once.
+    ``src`` is an array, or (uploads) a list of byte arrays laid end to end,
+    of which each lane gets the pieces in its stripe.  Each lane pipelines
+    its stripe through its two slots on its own, so a copy pays one fork and
+    join, not one per slice, and the host-side copies (and the page faults
+    of a fresh target) run on every lane at once.
     """
     pool, device = slots(), cupy.cuda.Device().id
-    most = 1 if src.size < _ONE_LANE else LANES_PER_COPY
+    most = 1 if dst.size < _ONE_LANE else LANES_PER_COPY
     with pool.take(most) as lanes:
-        edges = [src.size * i // len(lanes) for i in range(len(lanes) + 1)]
-        jobs = [_lanes.submit(_on_device, device, lane_fn, pool, lane, src[a:b], dst[a:b], s)
+        edges = [dst.size * i // len(lanes) for i in range(len(lanes) + 1)]
+        jobs = [_lanes.submit(_on_device, device, lane_fn, pool, lane, _stripe(src, a, b), dst[a:b], s)
                 for lane, a, b in zip(lanes, edges[:-1], edges[1:])]
         futures.wait(jobs)  # every lane done with its slots before they go back
         for job in jobs:
             job.result()
+
+
+def _stripe(src: Any, a: int, b: int) -> Any:
+    """Bytes ``a:b`` of ``src``: a slice of an array, or the pieces of a list of arrays laid end to end."""
+    if not isinstance(src, list):
+        return src[a:b]
+    pieces, at = [], 0
+    for p in src:
+        lo, hi = max(a, at), min(b, at + p.size)
+        if lo < hi:
+            pieces.append(p[lo - at:hi - at])
+        at += p.size
+    return pieces
 
 
 def _on_device(device: int, lane_fn, *args) -> None:
@@ -223,17 +245,29 @@ def _on_device(device: int, lane_fn, *args) -> None:
         lane_fn(*args)
 
 
-def _up_lane(pool: PinnedSlots, lane: tuple[int, int], src: np.ndarray, dst: cupy.ndarray,
+def _up_lane(pool: PinnedSlots, lane: tuple[int, int], pieces: list[np.ndarray], dst: cupy.ndarray,
              s: cupy.cuda.Stream) -> None:
-    """Host stripe ``src`` into device ``dst``: fill one slot while the copy engine empties the other."""
-    for i, a in enumerate(range(0, src.size, pool.slot_bytes)):
-        b = min(src.size, a + pool.slot_bytes)
-        slot = lane[i % 2]
-        pool.events[slot].synchronize()  # the copy engine is done with this slot
-        buffer = pool.buffers[slot][: b - a]
-        np.copyto(buffer, src[a:b])
-        dst[a:b].set(buffer, stream=s)
-        pool.events[slot].record(s)
+    """Host ``pieces`` end to end into device ``dst``: fill one slot while the copy engine empties the other."""
+    i, filled, start = 0, 0, 0  # slots used, bytes in the current one, where it goes in dst
+    for piece in pieces:
+        at = 0
+        while at < piece.size:
+            if filled == 0:
+                pool.events[lane[i % 2]].synchronize()  # the copy engine is done with this slot
+            buffer = pool.buffers[lane[i % 2]]
+            take = min(piece.size - at, pool.slot_bytes - filled)
+            np.copyto(buffer[filled:filled + take], piece[at:at + take])
+            filled, at = filled + take, at + take
+            if filled == pool.slot_bytes:
+                _send(pool, lane[i % 2], dst[start:start + filled], s)
+                i, start, filled = i + 1, start + filled, 0
+    if filled:
+        _send(pool, lane[i % 2], dst[start:start + filled], s)
+
+
+def _send(pool: PinnedSlots, slot: int, dst: cupy.ndarray, s: cupy.cuda.Stream) -> None:
+    dst.set(pool.buffers[slot][:dst.size], stream=s)
+    pool.events[slot].record(s)
 
 
 def _down_lane(pool: PinnedSlots, lane: tuple[int, int], src: cupy.ndarray, dst: np.ndarray,

@@ -131,6 +131,28 @@ def test_data_several_times_the_budget_and_measured_peak_within_it(client, budge
         assert 0 < s["pinned_bytes"] <= PINNED_BYTES, s  # a few slots, not the data
 
 
+def test_staged_parts_go_up_packed_and_come_back_bit_for_bit():
+    """Host parts of every size (empty, tiny, across slot edges, pinned) land end to end on the GPU, and come back."""
+    from gpusort import staging
+
+    rng = np.random.default_rng(8)
+    sizes = [0, 1, 7, 3 * 2**20 + 5, 0] + rng.integers(0, 200_000, 300).tolist() + [11 * 2**20 + 3, 2]
+    parts = [rng.integers(0, 256, n, dtype=np.uint8) for n in sizes]
+    pinned = np.frombuffer(cupy.cuda.alloc_pinned_memory(4099), np.uint8, 4099)
+    pinned[:] = rng.integers(0, 256, 4099, dtype=np.uint8)
+    for chosen in (parts, parts[3:4], [pinned], parts[:40] + [pinned]):
+        want = np.concatenate(chosen)
+        on_gpu = cupy.empty(len(want), np.uint8)
+        staging.to_device(chosen, on_gpu)
+        staging.streams().work.synchronize()
+        np.testing.assert_array_equal(cupy.asnumpy(on_gpu), want)
+        back = np.empty_like(want)
+        staging.to_host(on_gpu, back)
+        np.testing.assert_array_equal(back, want)
+    with pytest.raises(ValueError, match="bytes of parts"):
+        staging.to_device(parts[:3], cupy.empty(1, np.uint8))
+
+
 def test_pinned_staging_is_the_setting_however_much_data():
     """A fresh process with ``gpusort.pinned-bytes`` of 4 MiB sorts 128 MiB of host keys through 4 MiB a GPU.
 

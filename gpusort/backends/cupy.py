@@ -372,11 +372,7 @@ def _download(memory: staging.GpuMemory, result: Pair, out: Pair) -> None:
 def _staged(parts: Sequence[np.ndarray]) -> cupy.ndarray:
     """The host ``parts`` concatenated in one new GPU array (one copy each, through pinned memory)."""
     out = cupy.empty(sum(len(p) for p in parts), parts[0].dtype)
-    at = 0
-    for p in parts:
-        if len(p):
-            staging.to_device(p, out[at:at + len(p)])
-        at += len(p)
+    staging.to_device(parts, out)
     return out
 
 
