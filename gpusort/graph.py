@@ -388,8 +388,8 @@ def whole_on_gpu(keys: da.Array, values: da.Array | None, backend: Any, position
 
     Where the CuPy backend sorts host chunks whose sort fits its GPU memory
     budget, out-of-core runs and merges would only move every key across
-    the host link twice more.  Keys 1-D of a real dtype (order keys of one
-    word), values 1-D; ``dask.config`` ``gpusort.task-bytes`` set to a size
+    the host link twice more.  Keys 1-D of a numeric dtype CuPy holds
+    (order keys of one word), values 1-D; ``dask.config`` ``gpusort.task-bytes`` set to a size
     keeps runs of that size.
 
     Examples
@@ -401,7 +401,7 @@ def whole_on_gpu(keys: da.Array, values: da.Array | None, backend: Any, position
     """
     spec = backend if isinstance(backend, BackendSpec) else BackendSpec(backend)
     if spec.name != "cupy" or is_cupy(keys._meta) or keys.ndim != 1 or not keys.shape[0] \
-            or keys.dtype.kind not in "biufmM" or (values is not None and values.ndim != 1) \
+            or keys.dtype.kind not in "biuf" or (values is not None and values.ndim != 1) \
             or _task_bytes_setting() is not None:
         return False
     vb = 8 if positions else 0 if values is None else values.dtype.itemsize

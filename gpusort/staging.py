@@ -62,6 +62,9 @@ SLOT_BYTES = 8 * 2**20
 #: at once at about 12 GB/s each whatever the lanes; 16 lanes per copy made
 #: the 2^31 sort slower (6.3-6.5 s against 4.5-4.6 s warm).
 LANES_PER_COPY = max(1, min(8, (os.cpu_count() or 2) // 2))
+#: Lanes a copy takes that runs alone (a step that uploads, sorts and
+#: downloads, with no other copy to overlap): one per core, as free lanes allow.
+LANES_ALONE = max(1, os.cpu_count() or 2)
 _ONE_LANE = 4 * 2**20  # copies below this take one lane
 
 _MEMORY_TYPE_HOST = 1  # cudaMemoryTypeHost; pageable memory reads 0 (unregistered)
@@ -167,7 +170,7 @@ def is_pinned(x: np.ndarray) -> bool:
     return attrs.type == _MEMORY_TYPE_HOST
 
 
-def to_device(host: np.ndarray | Sequence[np.ndarray], out: cupy.ndarray) -> None:
+def to_device(host: np.ndarray | Sequence[np.ndarray], out: cupy.ndarray, lanes: int = LANES_PER_COPY) -> None:
     """Copy contiguous ``host`` (an array, or parts laid end to end) into ``out`` on ``streams().work``; async.
 
     ``out`` has the bytes of all parts.  Pinned sources go in one DMA each;
@@ -186,10 +189,10 @@ def to_device(host: np.ndarray | Sequence[np.ndarray], out: cupy.ndarray) -> Non
             dst[at:at + p.size].set(p, stream=s)
             at += p.size
         return
-    _striped(_up_lane, parts, dst, s)
+    _striped(_up_lane, parts, dst, s, lanes)
 
 
-def to_host(dev: cupy.ndarray, out: np.ndarray) -> None:
+def to_host(dev: cupy.ndarray, out: np.ndarray, lanes: int = LANES_PER_COPY) -> None:
     """Copy ``dev`` (made on ``streams().work``) into contiguous host ``out``; done when this returns.
 
     The copy runs on ``down`` once ``work`` has made ``dev``: pinned targets
@@ -204,11 +207,11 @@ def to_host(dev: cupy.ndarray, out: np.ndarray) -> None:
         _get(src, dst, s.down)
         s.down.synchronize()
     else:
-        _striped(_down_lane, src, dst, s.down)  # each lane waits for its own slices
+        _striped(_down_lane, src, dst, s.down, lanes)  # each lane waits for its own slices
 
 
-def _striped(lane_fn, src: Any, dst: Any, s: cupy.cuda.Stream) -> None:
-    """``lane_fn`` over equal stripes of ``src -> dst``, one per lane lent, each on its own thread.
+def _striped(lane_fn, src: Any, dst: Any, s: cupy.cuda.Stream, most: int) -> None:
+    """``lane_fn`` over equal stripes of ``src -> dst``, one per lane lent (up to ``most``), each on its own thread.
 
     ``src`` is an array, or (uploads) a list of byte arrays laid end to end,
     of which each lane gets the pieces in its stripe.  Each lane pipelines
@@ -217,7 +220,7 @@ def _striped(lane_fn, src: Any, dst: Any, s: cupy.cuda.Stream) -> None:
     of a fresh target) run on every lane at once.
     """
     pool, device = slots(), cupy.cuda.Device().id
-    most = 1 if dst.size < _ONE_LANE else LANES_PER_COPY
+    most = 1 if dst.size < _ONE_LANE else most
     with pool.take(most) as lanes:
         edges = [dst.size * i // len(lanes) for i in range(len(lanes) + 1)]
         jobs = [_lanes.submit(_on_device, device, lane_fn, pool, lane, _stripe(src, a, b), dst[a:b], s)

@@ -327,12 +327,13 @@ def _sort_step(memory: staging.GpuMemory, keys: np.ndarray, values: np.ndarray |
 
 def _whole_step(memory: staging.GpuMemory, keys: Sequence[np.ndarray],
                 values: Sequence[np.ndarray] | tuple[int, int] | None, encode, decode) -> Pair:
-    okeys = encode(_staged(keys))  # the upload's buffer is freed as the order keys replace it
+    alone = staging.LANES_ALONE  # nothing else copies while this step runs: every lane
+    okeys = encode(_staged(keys, alone))  # the upload's buffer is freed as the order keys replace it
     if isinstance(values, tuple):
         offset, n = values
         v = cupy.arange(offset, offset + n, dtype=np.int64)
     else:
-        v = None if values is None else _bits(_staged(values))
+        v = None if values is None else _staged([_bits(p) for p in values], alone)
     if okeys.dtype in kernels.KEY_TYPES and okeys.dtype not in kernels.EXACT_FLOATS:
         okeys, v = kernels.mergesort(okeys, v, overwrite_input=True)  # two copies on the GPU, not three
     elif v is None:
@@ -343,7 +344,7 @@ def _whole_step(memory: staging.GpuMemory, keys: Sequence[np.ndarray],
     del okeys
     dtype = values[0].dtype if values is not None and not isinstance(values, tuple) else np.dtype(np.int64)
     out = tuple(None if x is None else np.empty(x.shape, x.dtype) for x in result)
-    _download(memory, result, out)
+    _download(memory, result, out, alone)
     return out[0], None if out[1] is None else out[1].view(dtype)
 
 
@@ -357,7 +358,7 @@ def _merge_step(memory: staging.GpuMemory, pieces: Sequence[Pair], out: Pair) ->
     _download(memory, result, out)
 
 
-def _download(memory: staging.GpuMemory, result: Pair, out: Pair) -> None:
+def _download(memory: staging.GpuMemory, result: Pair, out: Pair, lanes: int = staging.LANES_PER_COPY) -> None:
     """``result`` into host ``out``, with the step's reservation lowered to what ``result`` holds.
 
     The scratch buffer is free by now, so the next step may start its
@@ -366,13 +367,13 @@ def _download(memory: staging.GpuMemory, result: Pair, out: Pair) -> None:
     memory.shrink(sum(x.nbytes for x in result if x is not None) + plan.FIXED_BYTES)
     for dev, host in zip(result, out):
         if dev is not None:
-            staging.to_host(dev, host)
+            staging.to_host(dev, host, lanes)
 
 
-def _staged(parts: Sequence[np.ndarray]) -> cupy.ndarray:
+def _staged(parts: Sequence[np.ndarray], lanes: int = staging.LANES_PER_COPY) -> cupy.ndarray:
     """The host ``parts`` concatenated in one new GPU array (one copy each, through pinned memory)."""
     out = cupy.empty(sum(len(p) for p in parts), parts[0].dtype)
-    staging.to_device(parts, out)
+    staging.to_device(parts, out, lanes)
     return out
 
 
