@@ -155,7 +155,7 @@ def test_host_chunks_whole_on_the_gpu_exact(budget, dtype):
     spec = backend_spec("cupy", parse_budget("8MiB"))
     inputs = [p for c in keys.blocks for p in (c.compute(), None)]
     declared = [(i, int(c), x.dtype, None) for i, c in enumerate(keys.chunks[0])]
-    out, _ = chunks.sort_chunks_whole(spec, x.dtype, True, "exact", None, declared, *inputs)
+    out, _ = chunks.sort_chunks_whole(spec, x.dtype, True, order.scheme_for(False, True), None, declared, *inputs)
     assert_same_keys(out, x[ref_argsort(x, True)], bits="exact")
     assert all(isinstance(a, np.ndarray) for a in (got, out))
 
