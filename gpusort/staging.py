@@ -48,8 +48,17 @@ import numpy as np
 import cupy
 import cupyx
 
+from gpusort.hostpool import HostPool
+
 #: Pinned staging bytes per GPU and process, unless ``dask.config`` ``gpusort.pinned-bytes`` says otherwise.
 PINNED_BYTES = 256 * 2**20
+#: Pinned bytes per GPU and process that hold out-of-core runs
+#: (:func:`run_pool`), unless ``dask.config`` ``gpusort.run-pool-bytes`` says
+#: otherwise: none by default, since pinning is slow the first time and the
+#: memory is the host's.
+RUN_POOL_BYTES = 0
+#: Seconds a run pool keeps its block with no run in it.
+RUN_POOL_IDLE_SECONDS = 30.0
 #: Bytes per slot.  Small enough that the default pool has two lanes' worth
 #: for each of several copies at once; big enough that a slot's fixed cost
 #: (a few Python calls and a DMA launch, ~20 us) stays under 3% of the
@@ -72,22 +81,32 @@ _MEMORY_TYPE_HOST = 1  # cudaMemoryTypeHost; pageable memory reads 0 (unregister
 _lanes = ThreadPoolExecutor(64, thread_name_prefix="gpusort-staging")  # threads idle unless lent a lane
 _lock = threading.Lock()
 _slots: dict[int, "PinnedSlots"] = {}
+_pools: dict[int, HostPool] = {}
 _streams: dict[int, "Streams"] = {}
 
 
 def pinned_bytes_setting() -> int:
     """Pinned staging bytes per GPU: ``dask.config`` ``gpusort.pinned-bytes`` (an int or ``"256MiB"``)."""
+    nbytes = _size_setting("gpusort.pinned-bytes", PINNED_BYTES)
+    if nbytes < 2 * 2**20:
+        raise ValueError(f"dask config gpusort.pinned-bytes={nbytes} is below the 2 MiB the copies need")
+    return nbytes
+
+
+def run_pool_bytes_setting() -> int:
+    """Pinned bytes per GPU for runs: ``dask.config`` ``gpusort.run-pool-bytes`` (default 0: none)."""
+    return _size_setting("gpusort.run-pool-bytes", RUN_POOL_BYTES)
+
+
+def _size_setting(key: str, default: int) -> int:
     import dask
     from dask.utils import parse_bytes
 
-    value = dask.config.get("gpusort.pinned-bytes", PINNED_BYTES)
+    value = dask.config.get(key, default)
     try:
-        nbytes = parse_bytes(value) if isinstance(value, str) else int(value)
+        return int(parse_bytes(value) if isinstance(value, str) else value)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"dask config gpusort.pinned-bytes={value!r} is not a size; write e.g. '256MiB'") from exc
-    if nbytes < 2 * 2**20:
-        raise ValueError(f"dask config gpusort.pinned-bytes={value!r} is below the 2 MiB the copies need")
-    return nbytes
+        raise ValueError(f"dask config {key}={value!r} is not a size; write e.g. '256MiB'") from exc
 
 
 class PinnedSlots:
@@ -153,10 +172,29 @@ def slots() -> PinnedSlots:
         return _slots[device]
 
 
-def pinned_bytes() -> int:
-    """Pinned staging memory this process holds, over all GPUs (bytes)."""
+def run_pool() -> HostPool | None:
+    """The current GPU's pool of pinned memory for runs, or ``None`` where ``gpusort.run-pool-bytes`` is 0.
+
+    Runs taken from it go down and come back up by DMA, with no host copy
+    and no first touch of new pages; it takes its block at the first run
+    and drops it after :data:`RUN_POOL_IDLE_SECONDS` with no run in it.
+    """
+    nbytes = run_pool_bytes_setting()
+    if nbytes <= 0:
+        return None
+    device = cupy.cuda.Device().id
     with _lock:
-        return sum(s.nbytes for s in _slots.values())
+        pool = _pools.get(device)
+        if pool is None or pool.nbytes != nbytes:
+            pool = _pools[device] = HostPool(nbytes, lambda n: cupyx.empty_pinned((n,), np.uint8),
+                                             RUN_POOL_IDLE_SECONDS)
+        return pool
+
+
+def pinned_bytes() -> int:
+    """Pinned memory this process holds now, over all GPUs (bytes): staging slots and run pools."""
+    with _lock:
+        return sum(s.nbytes for s in _slots.values()) + sum(p.held_bytes() for p in _pools.values())
 
 
 def is_pinned(x: np.ndarray) -> bool:

@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  
 
 MODULES = [
     "gpusort.api", "gpusort.backends", "gpusort.backends.numpy", "gpusort.budget", "gpusort.cli",
-    "gpusort.composite", "gpusort.corank", "gpusort.dataframe", "gpusort.graph", "gpusort.kernels", "gpusort.order",
+    "gpusort.chunks", "gpusort.composite", "gpusort.corank", "gpusort.dataframe", "gpusort.graph", "gpusort.hostpool",
+    "gpusort.kernels", "gpusort.order", "gpusort.warmup",
     "gpusort.runtime", "gpusort.sorted_merge", "gpusort.verification", "gpusort.zarr_io", "harness",
 ]
 

@@ -153,6 +153,27 @@ def test_staged_parts_go_up_packed_and_come_back_bit_for_bit():
         staging.to_device(parts[:3], cupy.empty(1, np.uint8))
 
 
+def test_runs_from_the_run_pool_are_exact_and_go_back_to_it():
+    """With ``gpusort.run-pool-bytes`` set, out-of-core runs live in the pinned pool, and leave it when dropped."""
+    from gpusort import staging
+    from gpusort.backends import BackendSpec, get_backend
+
+    x = np.random.default_rng(9).integers(-2**62, 2**62, 3_000_000)
+    with dask.config.set({"gpusort.run-pool-bytes": "64MiB"}):
+        pool = staging.run_pool()
+        assert pool is not None and pool.nbytes == 64 * 2**20
+        run, _ = get_backend(BackendSpec("cupy", parse_budget("16MiB"))).sort_run(x)  # sub-runs, then a merge
+        np.testing.assert_array_equal(run, np.sort(x))
+        assert staging.is_pinned(run) and pool.leased_bytes() >= run.nbytes
+        del run
+        assert pool.leased_bytes() == 0
+        y = gpusort.sort(da.from_array(x, chunks=250_000), backend="cupy", gpu_memory_budget="16MiB")
+        np.testing.assert_array_equal(y.compute(scheduler="threads"), np.sort(x))
+        assert pool.leased_bytes() == 0 and staging.pinned_bytes() >= 64 * 2**20
+    assert staging.run_pool() is None  # the default: no pool
+    assert pool.release() and pool.held_bytes() == 0
+
+
 def test_pinned_staging_is_the_setting_however_much_data():
     """A fresh process with ``gpusort.pinned-bytes`` of 4 MiB sorts 128 MiB of host keys through 4 MiB a GPU.
 

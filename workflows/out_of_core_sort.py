@@ -13,6 +13,7 @@ printed and written as JSON under ``--out``.
 
     python workflows/out_of_core_sort.py                                 # 2^28 int64 (2 GiB), 512 MiB budget
     python workflows/out_of_core_sort.py --keys 2**31 --chunks 64 --gpu-memory-budget 2GiB
+    python workflows/out_of_core_sort.py --keys 2**31 --chunks 32 --gpu-memory-budget 2GiB --run-pool-bytes 17GiB
     python workflows/out_of_core_sort.py --gpu-counts 1,2,4 --protocol ucx --rmm-pool-size 8GiB
     python workflows/out_of_core_sort.py --cluster local --backend numpy  # the same job on CPUs
 
@@ -29,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+import dask
 import numpy as np
 
 _HERE = Path(__file__).resolve().parent
@@ -53,6 +55,9 @@ def main(argv=None) -> int:
                         help="where runs are sorted and merged (default here: %(default)s)")
     parser.add_argument("--gpu-memory-budget", type=runtime.size, default="512MiB",
                         help="with --backend cupy: GPU memory per worker, e.g. 2GiB (default: 512MiB)")
+    parser.add_argument("--run-pool-bytes", type=runtime.size, default=0,
+                        help="with --backend cupy: pinned host memory per worker and GPU that holds runs "
+                             "(dask config gpusort.run-pool-bytes), e.g. 16GiB (default: none)")
     parser.add_argument("--gpu-counts", help="run once per GPU count, e.g. 1,2,4, for the speed-up (default: once)")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the keys (default: %(default)s)")
     parser.add_argument("--repeat", type=runtime.count, default=1,
@@ -64,7 +69,8 @@ def main(argv=None) -> int:
     counts = [int(c) for c in args.gpu_counts.split(",")] if args.gpu_counts else [None]
     runs = []
     for gpus in counts:
-        with runtime.from_options(args, parser, **({} if gpus is None else {"gpus": gpus})) as client:
+        with dask.config.set({"gpusort.run-pool-bytes": args.run_pool_bytes}), \
+                runtime.from_options(args, parser, **({} if gpus is None else {"gpus": gpus})) as client:
             for rep in range(args.repeat):
                 runs.append(sort_once(client, args, args.seed + rep) | {"gpus": gpus, "cold": rep == 0})
     one = next((r["seconds"] for r in runs if r["gpus"] == 1 and r["cold"]), None)

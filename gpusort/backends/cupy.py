@@ -254,14 +254,14 @@ def _host_sort(keys: np.ndarray, values: np.ndarray | None, memory: staging.GpuM
     keys = np.ascontiguousarray(keys)
     if len(keys) == 0:
         return keys.copy(), None if values is None else values.copy()
+    steps = _Steps(memory, pooled=True)  # the result is a run, which merges read back
     if values is None:
-        return plan.sort_within(keys, None, _plan_bytes(memory), _Steps(memory))
+        return plan.sort_within(keys, None, _plan_bytes(memory), steps)
     values = np.ascontiguousarray(values)
     if values.dtype.itemsize not in _MOVABLE:  # sort positions, gather on the host
-        k, positions = plan.sort_within(keys, np.arange(len(keys), dtype=np.int64), _plan_bytes(memory),
-                                        _Steps(memory))
+        k, positions = plan.sort_within(keys, np.arange(len(keys), dtype=np.int64), _plan_bytes(memory), steps)
         return k, values[positions]
-    k, v = plan.sort_within(keys, _bits(values), _plan_bytes(memory), _Steps(memory))
+    k, v = plan.sort_within(keys, _bits(values), _plan_bytes(memory), steps)
     return k, v.view(values.dtype)
 
 
@@ -298,14 +298,17 @@ class _Steps:
 
     Results land in ordinary (pageable) host memory: the copies go through
     :mod:`gpusort.staging`'s few pinned slots, never through pinned arrays
-    the size of the data.
+    the size of the data.  ``pooled``: results are runs, which come from
+    the run pool while it has room (:func:`gpusort.staging.run_pool`).
     """
 
-    def __init__(self, memory: staging.GpuMemory):
+    def __init__(self, memory: staging.GpuMemory, pooled: bool = False):
         self.memory = memory
+        self.pool = staging.run_pool() if pooled else None
 
     def empty(self, n: int, dtype: Any) -> np.ndarray:
-        return np.empty(n, dtype)
+        out = None if self.pool is None else self.pool.empty(n, dtype)
+        return np.empty(n, dtype) if out is None else out
 
     def sort(self, keys: np.ndarray, values: np.ndarray | None, out: Pair) -> None:
         vb = 0 if values is None else values.dtype.itemsize

@@ -1,0 +1,109 @@
+"""The run pool's allocator (:mod:`gpusort.hostpool`), on the CPU: leases, views, reuse, release."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from gpusort.hostpool import ALIGN, HostPool
+
+
+def block_pool(nbytes: int = 2**20, idle: float = 30.0) -> tuple[HostPool, list]:
+    made: list = []
+
+    def allocate(n: int) -> np.ndarray:
+        made.append(np.zeros(n, np.uint8))
+        return made[-1]
+
+    return HostPool(nbytes, allocate, idle), made
+
+
+def test_arrays_are_aligned_writable_and_inside_the_block():
+    pool, made = block_pool()
+    arrays = [pool.empty(n, dt) for n, dt in [(1, np.int8), (1000, np.int64), (0, np.float32), (77, np.uint16)]]
+    assert len(made) == 1
+    base = made[0].ctypes.data
+    for a, (n, dt) in zip(arrays, [(1, np.int8), (1000, np.int64), (0, np.float32), (77, np.uint16)]):
+        assert a.shape == (n,) and a.dtype == dt and a.flags.writeable and a.flags.c_contiguous
+        assert (a.ctypes.data - base) % ALIGN == 0 and base <= a.ctypes.data < base + 2**20
+        a[:] = 3
+    assert pool.leased_bytes() == 5 * ALIGN  # whole pages, at least one an array: 1 + 2 + 1 + 1
+    del arrays, a
+    assert pool.leased_bytes() == 0
+
+
+def test_a_view_keeps_its_bytes_leased_until_it_is_gone():
+    pool, _ = block_pool()
+    a = pool.empty(4096, np.int64)
+    a[:] = np.arange(4096)
+    view = a[100:200]
+    del a
+    gc.collect()
+    assert pool.leased_bytes() == 4096 * 8
+    b = pool.empty(4096, np.int64)  # must not overlap the view's bytes
+    b[:] = -1
+    np.testing.assert_array_equal(view, np.arange(100, 200))
+    del view, b
+    assert pool.leased_bytes() == 0
+
+
+def test_freed_ranges_coalesce_and_a_full_pool_says_none():
+    pool, made = block_pool(8 * ALIGN)
+    parts = [pool.empty(ALIGN, np.uint8) for _ in range(8)]
+    assert pool.empty(1, np.uint8) is None
+    del parts[2], parts[2]  # the third and fourth: two neighbouring pages
+    big = pool.empty(2 * ALIGN, np.uint8)
+    assert big is not None and pool.empty(1, np.uint8) is None
+    del parts, big
+    assert pool.leased_bytes() == 0 and pool.empty(8 * ALIGN, np.uint8) is not None
+    assert pool.empty(9 * ALIGN, np.uint8) is None and len(made) == 1
+
+
+def test_the_block_is_dropped_only_when_idle_and_taken_again_on_demand():
+    pool, made = block_pool(2**16, idle=0.05)
+    assert pool.held_bytes() == 0
+    a = pool.empty(10, np.int32)
+    assert pool.held_bytes() == 2**16 and not pool.release()
+    time.sleep(0.15)
+    assert pool.held_bytes() == 2**16  # leased: kept
+    del a
+    deadline = time.time() + 5
+    while pool.held_bytes() and time.time() < deadline:
+        time.sleep(0.02)
+    assert pool.held_bytes() == 0
+    b = pool.empty(10, np.int32)
+    assert b is not None and len(made) == 2
+
+
+def test_threads_lease_disjoint_bytes():
+    pool, made = block_pool(64 * ALIGN)
+    seen: list = []
+    lock = threading.Lock()
+
+    def work(i: int) -> None:
+        for _ in range(200):
+            a = pool.empty(ALIGN // 8, np.int64)
+            if a is None:
+                continue
+            a[:] = i
+            with lock:
+                seen.append(bool((a == i).all()))
+            del a
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen and all(seen) and pool.leased_bytes() == 0 and len(made) == 1
+
+
+def test_a_negative_length_is_refused_and_leases_nothing():
+    pool, _ = block_pool()
+    with pytest.raises(ValueError, match="n=-1"):
+        pool.empty(-1, np.int64)
+    assert pool.leased_bytes() == 0
