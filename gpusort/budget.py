@@ -100,6 +100,15 @@ def sort_bytes(n: int, key_bytes: int, value_bytes: int = 0) -> int:
     return 2 * n * (key_bytes + value_bytes) + buckets + math.ceil(n * SLACK_PER_ELEMENT) + FIXED_BYTES
 
 
+def whole_bytes(n: int, key_bytes: int, value_bytes: int = 0) -> int:
+    """Most GPU memory one step that uploads, encodes, sorts and decodes ``n`` keys (and values) holds at once.
+
+    :func:`sort_bytes`, and two temporaries of the keys: encoding and
+    decoding order keys on the GPU make new arrays while their inputs live.
+    """
+    return sort_bytes(n, key_bytes, value_bytes) + 2 * n * key_bytes
+
+
 def merge_bytes(n: int, key_bytes: int, value_bytes: int = 0) -> int:
     """Most GPU memory merging pieces of ``n`` staged keys (and values) in all holds at once.
 

@@ -401,11 +401,13 @@ def whole_on_gpu(keys: da.Array, values: da.Array | None, backend: Any, position
     """
     spec = backend if isinstance(backend, BackendSpec) else BackendSpec(backend)
     if spec.name != "cupy" or is_cupy(keys._meta) or keys.ndim != 1 or not keys.shape[0] \
-            or keys.dtype.kind not in "biuf" or (values is not None and values.ndim != 1) \
-            or _task_bytes_setting() is not None:
+            or keys.dtype.kind not in "biuf" or not keys.dtype.isnative or _task_bytes_setting() is not None:
         return False
+    if values is not None and (values.ndim != 1 or values.dtype.itemsize not in (1, 2, 4, 8)
+                               or not values.dtype.isnative):
+        return False  # the kernels move only values of these widths, in native byte order
     vb = 8 if positions else 0 if values is None else values.dtype.itemsize
-    need = plan.sort_bytes(int(keys.shape[0]), keys.dtype.itemsize, vb)
+    need = plan.whole_bytes(int(keys.shape[0]), keys.dtype.itemsize, vb)
     if spec.gpu_memory_budget is None:
         return need <= WHOLE_DEFAULT_BYTES
     return need <= spec.gpu_memory_budget * plan.PLAN_FRACTION

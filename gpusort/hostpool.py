@@ -18,9 +18,11 @@ takes a new one at the next request.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -50,6 +52,8 @@ class HostPool:
         first array is asked for, and again after the block was dropped.
     idle_seconds : float
         How long the block stays while nothing is leased.
+    dropped : callable, optional
+        Called once a dropped block is gone (an allocator's cache to empty).
 
     Examples
     --------
@@ -63,13 +67,19 @@ class HostPool:
     0
     """
 
-    def __init__(self, nbytes: int, allocate: Callable[[int], np.ndarray], idle_seconds: float = 30.0):
+    def __init__(self, nbytes: int, allocate: Callable[[int], np.ndarray], idle_seconds: float = 30.0,
+                 dropped: Callable[[], None] | None = None):
         self.nbytes = int(nbytes)
         self.idle_seconds = idle_seconds
         self._allocate = allocate
+        self._dropped = dropped
         self._block: np.ndarray | None = None
         self._free: list[tuple[int, int]] = []  # (start, size), sorted by start, coalesced
         self._leased = 0
+        # Leases come back from finalizers, which may run inside a garbage
+        # collection on a thread that holds the lock: they only append here,
+        # and whoever holds the lock takes them in.
+        self._returned: collections.deque[tuple[int, int]] = collections.deque()
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
 
@@ -79,7 +89,7 @@ class HostPool:
             raise ValueError(f"n={n}: an array's length is 0 or more")
         dtype = np.dtype(dtype)
         size = -(-max(1, n * dtype.itemsize) // ALIGN) * ALIGN
-        with self._lock:
+        with self._locked():
             if size > self.nbytes:
                 return None
             if self._timer is not None:
@@ -96,42 +106,71 @@ class HostPool:
                 return None
             self._leased += size
             lease = _Lease(self._block, start, (n,), dtype)
-        weakref.finalize(lease, self._give_back, start, size)
+        weakref.finalize(lease, self._give_back, (start, size)).atexit = False
         return np.asarray(lease)
 
     def leased_bytes(self) -> int:
         """Bytes of the block that arrays (or their views) still hold."""
-        with self._lock:
+        with self._locked():
             return self._leased
 
     def held_bytes(self) -> int:
         """Bytes of host memory the pool holds now: its block, or nothing once dropped."""
-        with self._lock:
+        with self._locked():
             return 0 if self._block is None else self.nbytes
 
     def release(self) -> bool:
         """Drop the block if nothing is leased; whether it was dropped."""
-        with self._lock:
+        with self._locked():
             if self._leased or self._block is None:
                 return False
             self._block, self._free = None, []
-            return True
+        if self._dropped is not None:
+            self._dropped()
+        return True
 
-    def _give_back(self, start: int, size: int) -> None:
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The lock, with returned leases taken back as it is taken and as it is let go."""
         with self._lock:
+            self._take_back()
+            yield
+            self._take_back()
+        self._settle()
+
+    def _give_back(self, span: tuple[int, int]) -> None:
+        self._returned.append(span)
+        self._settle()
+
+    def _settle(self) -> None:
+        """Take back what finalizers returned while nobody holds the lock; a holder does it as it lets go."""
+        while self._returned and self._lock.acquire(blocking=False):
+            try:
+                self._take_back()
+            finally:
+                self._lock.release()
+
+    def _take_back(self) -> None:
+        """Returned leases back into the free ranges; the idle timer started once none is left (lock held)."""
+        if not self._returned:
+            return
+        spans = list(self._free)
+        while self._returned:
+            start, size = self._returned.popleft()
             self._leased -= size
-            spans = sorted(self._free + [(start, size)])
-            merged = [spans[0]]
-            for s, z in spans[1:]:
-                last_start, last_size = merged[-1]
-                if last_start + last_size == s:
-                    merged[-1] = (last_start, last_size + z)
-                else:
-                    merged.append((s, z))
-            self._free = merged
-            if not self._leased and self._block is not None:
-                if self._timer is not None:
-                    self._timer.cancel()
-                self._timer = threading.Timer(self.idle_seconds, self.release)
-                self._timer.daemon = True
-                self._timer.start()
+            spans.append((start, size))
+        spans.sort()
+        merged = [spans[0]]
+        for s, z in spans[1:]:
+            last_start, last_size = merged[-1]
+            if last_start + last_size == s:
+                merged[-1] = (last_start, last_size + z)
+            else:
+                merged.append((s, z))
+        self._free = merged
+        if not self._leased and self._block is not None:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = threading.Timer(self.idle_seconds, self.release)
+            self._timer.daemon = True
+            self._timer.start()

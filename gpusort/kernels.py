@@ -947,13 +947,14 @@ def every(keys, step: int, start: int = 0, count: int | None = None, out=None):
     gather a strided view with a copy kernel that it compiles on its first
     use in a process, which a first sort would pay; only a view with a
     stride of zero or less (reversed, broadcast) or rows that are not
-    contiguous take that gather.
+    contiguous takes that gather.
     """
     import cupy
 
     available = max(0, -(-(keys.shape[0] - start) // step))
     count = available if count is None else min(count, available)
     shape = (count,) + keys.shape[1:]
+    row = keys.itemsize * math.prod(keys.shape[1:])
     if keys.strides[0] <= 0 or not keys[:1].flags.c_contiguous:  # CuPy's own gather
         picked = keys[start::step][:count]
         if out is None:
@@ -966,18 +967,9 @@ def every(keys, step: int, start: int = 0, count: int | None = None, out=None):
     if out is None:
         out = cupy.empty(shape, keys.dtype)
     if count:
-        row = keys.itemsize * math.prod(keys.shape[1:])
         dst = out.data.ptr if isinstance(out, cupy.ndarray) else out.ctypes.data
         cupy.cuda.runtime.memcpy2DAsync(dst, row, keys.data.ptr + start * keys.strides[0],
                                         keys.strides[0] * step, row, count,
-                                        cupy.cuda.runtime.memcpyDefault, cupy.cuda.get_current_stream().ptr)
-    return out
-    if out is None:
-        out = cupy.empty(count, keys.dtype)
-    if count:
-        dst = out.data.ptr if isinstance(out, cupy.ndarray) else out.ctypes.data
-        cupy.cuda.runtime.memcpy2DAsync(dst, keys.itemsize, keys.data.ptr + start * keys.strides[0],
-                                        keys.strides[0] * step, keys.itemsize, count,
                                         cupy.cuda.runtime.memcpyDefault, cupy.cuda.get_current_stream().ptr)
     return out
 

@@ -186,8 +186,11 @@ def run_pool() -> HostPool | None:
     with _lock:
         pool = _pools.get(device)
         if pool is None or pool.nbytes != nbytes:
+            # A dropped block goes back to CuPy's pinned pool, which keeps it
+            # pinned until told to let its free blocks go.
             pool = _pools[device] = HostPool(nbytes, lambda n: cupyx.empty_pinned((n,), np.uint8),
-                                             RUN_POOL_IDLE_SECONDS)
+                                             RUN_POOL_IDLE_SECONDS,
+                                             cupy.get_default_pinned_memory_pool().free_all_blocks)
         return pool
 
 

@@ -111,8 +111,9 @@ class WarmKernels(WorkerPlugin):
         except Exception as exc:  # the sort that needs the set meets the same error, and raises it
             self.error = exc
             logger.warning("gpusort: loading kernels as the worker started failed: %s", exc)
-        finally:
+        try:
             map_modules()
+        finally:
             self.done.set()
 
 

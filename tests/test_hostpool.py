@@ -12,14 +12,14 @@ import pytest
 from gpusort.hostpool import ALIGN, HostPool
 
 
-def block_pool(nbytes: int = 2**20, idle: float = 30.0) -> tuple[HostPool, list]:
+def block_pool(nbytes: int = 2**20, idle: float = 30.0, dropped=None) -> tuple[HostPool, list]:
     made: list = []
 
     def allocate(n: int) -> np.ndarray:
         made.append(np.zeros(n, np.uint8))
         return made[-1]
 
-    return HostPool(nbytes, allocate, idle), made
+    return HostPool(nbytes, allocate, idle, dropped), made
 
 
 def test_arrays_are_aligned_writable_and_inside_the_block():
@@ -77,6 +77,34 @@ def test_the_block_is_dropped_only_when_idle_and_taken_again_on_demand():
     assert pool.held_bytes() == 0
     b = pool.empty(10, np.int32)
     assert b is not None and len(made) == 2
+
+
+def test_a_block_left_idle_is_dropped_with_nobody_asking():
+    dropped: list = []
+    pool, made = block_pool(2**16, idle=0.05, dropped=lambda: dropped.append(True))
+    a = pool.empty(10, np.int32)
+    del a  # the last lease: the idle clock starts here, not at the pool's next call
+    deadline = time.time() + 5
+    while not dropped and time.time() < deadline:
+        time.sleep(0.02)
+    assert dropped == [True] and pool.held_bytes() == 0
+
+
+def test_a_lease_dropped_while_its_thread_holds_the_pool_does_not_deadlock():
+    """A finalizer may run in a garbage collection on a thread inside the pool: it must not wait for itself."""
+    pool, _ = block_pool()
+    a = pool.empty(100, np.int64)
+
+    def drop_inside() -> None:
+        nonlocal a
+        with pool._lock:
+            del a
+
+    worker = threading.Thread(target=drop_inside)
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive()
+    assert pool.leased_bytes() == 0
 
 
 def test_threads_lease_disjoint_bytes():

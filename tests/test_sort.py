@@ -98,7 +98,9 @@ def test_host_chunks_on_the_gpu_sort_in_one_task_where_the_budget_holds_them():
     assert not graph.whole_on_gpu(x, None, "numpy", False)
     roomy, tight = (gpusort.backends.BackendSpec("cupy", b) for b in (2**26, 2**24))
     assert graph.whole_on_gpu(x, None, roomy, True) and not graph.whole_on_gpu(x, None, tight, True)
-    assert not any(graph.whole_on_gpu(x.astype(t), None, "cupy", False) for t in (np.complex128, "M8[ns]"))
+    assert not any(graph.whole_on_gpu(x.astype(t), None, "cupy", False) for t in (np.complex128, "M8[ns]", ">i8"))
+    assert not any(graph.whole_on_gpu(x, x.astype(t), "cupy", False) for t in ("U3", ">i4", "S16"))
+    assert graph.whole_on_gpu(x, x.astype(np.int16), "cupy", False)
     assert not graph.whole_on_gpu(da.zeros(2**40, np.int64, chunks=2**36), None, "cupy", False)
     with dask.config.set({"gpusort.task-bytes": "1MiB"}):
         assert not graph.whole_on_gpu(x, None, "cupy", False)

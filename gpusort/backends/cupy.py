@@ -164,9 +164,9 @@ class CupyBackend:
         vb = 8 if positions else 0 if values is None else values[0].dtype.itemsize
         with cupy.cuda.Device(thread_device()):
             memory = gpu_memory(self.gpu_memory_budget)
-            if n == 0 or plan.sort_bytes(n, keys[0].dtype.itemsize, vb) > _plan_bytes(memory):
+            nbytes = plan.whole_bytes(n, keys[0].dtype.itemsize, vb)
+            if n == 0 or nbytes > _plan_bytes(memory):
                 return None
-            nbytes = plan.sort_bytes(n, keys[0].dtype.itemsize, vb)
             return memory.run(nbytes, _whole_step, memory, keys, values, encode, decode)
 
     def is_sorted(self, keys: Any) -> bool:
