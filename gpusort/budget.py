@@ -100,13 +100,14 @@ def sort_bytes(n: int, key_bytes: int, value_bytes: int = 0) -> int:
     return 2 * n * (key_bytes + value_bytes) + buckets + math.ceil(n * SLACK_PER_ELEMENT) + FIXED_BYTES
 
 
-def whole_bytes(n: int, key_bytes: int, value_bytes: int = 0) -> int:
+def whole_bytes(n: int, key_bytes: int, value_bytes: int = 0, temporaries: int = 0) -> int:
     """Most GPU memory one step that uploads, encodes, sorts and decodes ``n`` keys (and values) holds at once.
 
-    :func:`sort_bytes`, and two temporaries of the keys: encoding and
-    decoding order keys on the GPU make new arrays while their inputs live.
+    :func:`sort_bytes`, and ``temporaries`` arrays of the keys' size: the
+    new arrays that encoding and decoding order keys on the GPU make while
+    their inputs live (:func:`gpusort.order.encode_temporaries`).
     """
-    return sort_bytes(n, key_bytes, value_bytes) + 2 * n * key_bytes
+    return sort_bytes(n, key_bytes, value_bytes) + temporaries * n * key_bytes
 
 
 def merge_bytes(n: int, key_bytes: int, value_bytes: int = 0) -> int:

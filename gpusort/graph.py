@@ -368,7 +368,7 @@ def sort(
     if exchange_method() == "p2p" and keys.shape[0]:
         return _sort_across_workers(keys, values, descending=descending, backend=backend, chunk=chunk,
                                     positions=positions, keys_returned=keys_returned)
-    if whole_on_gpu(keys, values, backend, positions):
+    if whole_on_gpu(keys, values, backend, positions, descending, keys_returned):
         return _sort_whole(keys, values, descending=descending, backend=backend, chunk=chunk,
                            positions=positions, keys_returned=keys_returned)
     runs = form_runs(keys, values, descending=descending, backend=backend, positions=positions,
@@ -383,7 +383,8 @@ def sort(
 WHOLE_DEFAULT_BYTES = 3 * 2**30
 
 
-def whole_on_gpu(keys: da.Array, values: da.Array | None, backend: Any, positions: bool) -> bool:
+def whole_on_gpu(keys: da.Array, values: da.Array | None, backend: Any, positions: bool,
+                 descending: bool = False, keys_returned: bool = True) -> bool:
     """Whether host chunks sort in one task that takes them to the GPU once: up, one sort, down.
 
     Where the CuPy backend sorts host chunks whose sort fits its GPU memory
@@ -407,7 +408,9 @@ def whole_on_gpu(keys: da.Array, values: da.Array | None, backend: Any, position
                                or not values.dtype.isnative):
         return False  # the kernels move only values of these widths, in native byte order
     vb = 8 if positions else 0 if values is None else values.dtype.itemsize
-    need = plan.whole_bytes(int(keys.shape[0]), keys.dtype.itemsize, vb)
+    scheme = order.scheme_for(values is not None or positions, keys_returned)
+    need = plan.whole_bytes(int(keys.shape[0]), keys.dtype.itemsize, vb,
+                            order.encode_temporaries(keys.dtype, descending, scheme))
     if spec.gpu_memory_budget is None:
         return need <= WHOLE_DEFAULT_BYTES
     return need <= spec.gpu_memory_budget * plan.PLAN_FRACTION

@@ -199,6 +199,24 @@ def encode(keys: Any, descending: bool, scheme: Scheme = "tied") -> Any:
     return ~keys if descending else keys
 
 
+def encode_temporaries(dtype: Any, descending: bool, scheme: Scheme = "tied") -> int:
+    """How many arrays the size of the keys :func:`encode` or :func:`decode` of ``dtype`` keys may make at once.
+
+    None where the order keys are a view of the keys (integers and
+    booleans, ascending); floats' and descending keys' are new arrays, and
+    ``"tied"`` floats pass through a few.
+
+    Examples
+    --------
+    >>> encode_temporaries("int64", False), encode_temporaries("int64", True), encode_temporaries("float32", False)
+    (0, 2, 3)
+    """
+    kind = np.dtype(dtype).kind
+    if kind in "iub" and not descending:
+        return 0
+    return 3 if kind == "f" and scheme == "tied" else 2
+
+
 def decode(okeys: Any, dtype: Any, descending: bool, scheme: Scheme = "tied") -> Any:
     """User keys of ``dtype`` back from order keys: the inverse of ``encode``.
 

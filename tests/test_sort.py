@@ -101,6 +101,12 @@ def test_host_chunks_on_the_gpu_sort_in_one_task_where_the_budget_holds_them():
     assert not any(graph.whole_on_gpu(x.astype(t), None, "cupy", False) for t in (np.complex128, "M8[ns]", ">i8"))
     assert not any(graph.whole_on_gpu(x, x.astype(t), "cupy", False) for t in ("U3", ">i4", "S16"))
     assert graph.whole_on_gpu(x, x.astype(np.int16), "cupy", False)
+    # Floats, or descending keys, are encoded on the GPU into new arrays: the step must hold them too.
+    from gpusort import budget
+
+    just = gpusort.backends.BackendSpec("cupy", int(budget.whole_bytes(2**20, 8) / budget.PLAN_FRACTION) + 1)
+    assert graph.whole_on_gpu(x, None, just, False) and not graph.whole_on_gpu(x, None, just, False, True)
+    assert not graph.whole_on_gpu(x.astype(np.float64), None, just, False)
     assert not graph.whole_on_gpu(da.zeros(2**40, np.int64, chunks=2**36), None, "cupy", False)
     with dask.config.set({"gpusort.task-bytes": "1MiB"}):
         assert not graph.whole_on_gpu(x, None, "cupy", False)

@@ -143,14 +143,16 @@ class CupyBackend:
         return (gpu.sort(k), None) if v is None else gpu.sort_pairs(k, v)
 
     def sort_parts(self, keys: Sequence[np.ndarray], values: Sequence[np.ndarray] | tuple[int, int] | None,
-                   encode: Callable[[Any], Any], decode: Callable[[Any], Any]) -> Pair | None:
+                   encode: Callable[[Any], Any], decode: Callable[[Any], Any], temporaries: int = 2) -> Pair | None:
         """Host ``keys`` parts (and ``values`` parts) as one sorted run in host memory, in one GPU step.
 
         The parts go up into one buffer, are encoded (``encode``: keys to
         order keys), sorted, decoded (``decode``) and come down once: every
         key crosses the link once each way and the host never passes over
         them.  ``values`` may be ``(offset, n)``: positions ``offset …
-        offset + n - 1``, made on the GPU (argsort).  ``None`` where the step
+        offset + n - 1``, made on the GPU (argsort).  ``temporaries``: how
+        many arrays the size of the keys ``encode`` or ``decode`` makes at
+        once (:func:`gpusort.order.encode_temporaries`).  ``None`` where the step
         does not fit the budget, or the parts are not 1-D arrays in native
         byte order with values the kernels move: the caller sorts another way.
         """
@@ -164,7 +166,7 @@ class CupyBackend:
         vb = 8 if positions else 0 if values is None else values[0].dtype.itemsize
         with cupy.cuda.Device(thread_device()):
             memory = gpu_memory(self.gpu_memory_budget)
-            nbytes = plan.whole_bytes(n, keys[0].dtype.itemsize, vb)
+            nbytes = plan.whole_bytes(n, keys[0].dtype.itemsize, vb, temporaries)
             if n == 0 or nbytes > _plan_bytes(memory):
                 return None
             return memory.run(nbytes, _whole_step, memory, keys, values, encode, decode)
