@@ -93,7 +93,8 @@ def test_every_gathers_a_gpu_sample_like_numpy(layout):
 
 def test_host_chunks_on_the_gpu_sort_in_one_task_where_the_budget_holds_them():
     """The graph's choice of one whole GPU step for host chunks: backend, budget, dtype and settings decide."""
-    x = da.zeros(2**20, np.int64, chunks=2**18)
+    x = da.zeros(2**20, dtype=np.int64, chunks=2**18)
+    assert x.dtype == np.int64
     assert graph.whole_on_gpu(x, None, "cupy", False)
     assert not graph.whole_on_gpu(x, None, "numpy", False)
     roomy, tight = (gpusort.backends.BackendSpec("cupy", b) for b in (2**26, 2**24))
@@ -107,7 +108,7 @@ def test_host_chunks_on_the_gpu_sort_in_one_task_where_the_budget_holds_them():
     just = gpusort.backends.BackendSpec("cupy", int(budget.whole_bytes(2**20, 8) / budget.PLAN_FRACTION) + 1)
     assert graph.whole_on_gpu(x, None, just, False) and not graph.whole_on_gpu(x, None, just, False, True)
     assert not graph.whole_on_gpu(x.astype(np.float64), None, just, False)
-    assert not graph.whole_on_gpu(da.zeros(2**40, np.int64, chunks=2**36), None, "cupy", False)
+    assert not graph.whole_on_gpu(da.zeros(2**40, dtype=np.int64, chunks=2**36), None, "cupy", False)
     with dask.config.set({"gpusort.task-bytes": "1MiB"}):
         assert not graph.whole_on_gpu(x, None, "cupy", False)
     out, _ = graph.sort(x, descending=False, backend="cupy", chunk=2**18)
