@@ -46,7 +46,7 @@ from dask.highlevelgraph import HighLevelGraph
 from gpusort import budget as plan
 from gpusort import chunks as tasks
 from gpusort import corank, exchange, order
-from gpusort.backends import BackendSpec, Pair, is_cupy
+from gpusort.backends import MOVABLE_VALUE_BYTES, BackendSpec, Pair, is_cupy
 
 #: The sort's phases and the task-name prefixes of each, in the order they run.
 #: Timing by phase (:mod:`gpusort.runtime`, the benchmarks, the workflows) reads
@@ -404,9 +404,9 @@ def whole_on_gpu(keys: da.Array, values: da.Array | None, backend: Any, position
     if spec.name != "cupy" or is_cupy(keys._meta) or keys.ndim != 1 or not keys.shape[0] \
             or keys.dtype.kind not in "biuf" or not keys.dtype.isnative or _task_bytes_setting() is not None:
         return False
-    if values is not None and (values.ndim != 1 or values.dtype.itemsize not in (1, 2, 4, 8)
+    if values is not None and (values.ndim != 1 or values.dtype.itemsize not in MOVABLE_VALUE_BYTES
                                or not values.dtype.isnative):
-        return False  # the kernels move only values of these widths, in native byte order
+        return False
     vb = 8 if positions else 0 if values is None else values.dtype.itemsize
     scheme = order.scheme_for(values is not None or positions, keys_returned)
     need = plan.whole_bytes(int(keys.shape[0]), keys.dtype.itemsize, vb,

@@ -124,6 +124,9 @@ def namespace(x: Any) -> Any:
     return numpy
 
 
+#: Value widths (bytes) the GPU kernels move with their keys; wider values
+#: are sorted by position and gathered on the host.
+MOVABLE_VALUE_BYTES = (1, 2, 4, 8)
 #: Keys of a run that :meth:`Backend.is_sorted` reads before it reads them all.
 SORTED_SAMPLE = 1024
 

@@ -32,7 +32,7 @@ import gpusort.gpu as gpu
 from gpusort import budget as plan
 from gpusort import kernels, order
 from gpusort import staging
-from gpusort.backends import SORTED_SAMPLE, Pair, concatenate, every, in_order
+from gpusort.backends import MOVABLE_VALUE_BYTES, SORTED_SAMPLE, Pair, concatenate, every, in_order
 
 #: Share of the free GPU memory the out-of-core path uses when no budget is given.
 DEFAULT_FRACTION = 0.5
@@ -134,12 +134,8 @@ class CupyBackend:
             with cupy.cuda.Device(thread_device()):
                 return _host_sort(keys, values, gpu_memory(self.gpu_memory_budget))
         k, v = _to_device(keys), _to_device(values)
-        if overwrite and k.dtype in kernels.KEY_TYPES and k.dtype not in kernels.EXACT_FLOATS \
-                and (v is None or v.dtype.itemsize in _MOVABLE):
-            # The caller's temporary is one of the sort's two buffers: two
-            # copies of the data on the GPU, not three.
-            out_k, out_v = kernels.mergesort(k, None if v is None else _bits(v), overwrite_input=True)
-            return out_k, None if v is None else out_v.view(v.dtype)
+        if overwrite:
+            return _sort_owned(k, v)
         return (gpu.sort(k), None) if v is None else gpu.sort_pairs(k, v)
 
     def sort_parts(self, keys: Sequence[np.ndarray], values: Sequence[np.ndarray] | tuple[int, int] | None,
@@ -160,7 +156,7 @@ class CupyBackend:
         parts = list(keys) + ([] if values is None or positions else list(values))
         if not all(p.ndim == 1 and p.dtype.isnative for p in parts):
             return None
-        if values is not None and not positions and values[0].dtype.itemsize not in _MOVABLE:
+        if values is not None and not positions and values[0].dtype.itemsize not in MOVABLE_VALUE_BYTES:
             return None
         n = sum(len(k) for k in keys)
         vb = 8 if positions else 0 if values is None else values[0].dtype.itemsize
@@ -249,7 +245,6 @@ def _backend(gpu_memory_budget: int | None) -> CupyBackend:
 
 # --- the out-of-core path: host chunks, GPU steps within the budget ------------------------
 
-_MOVABLE = (1, 2, 4, 8)  # value widths the kernels move; wider ones go by position
 
 
 def _host_sort(keys: np.ndarray, values: np.ndarray | None, memory: staging.GpuMemory) -> Pair:
@@ -260,7 +255,7 @@ def _host_sort(keys: np.ndarray, values: np.ndarray | None, memory: staging.GpuM
     if values is None:
         return plan.sort_within(keys, None, _plan_bytes(memory), steps)
     values = np.ascontiguousarray(values)
-    if values.dtype.itemsize not in _MOVABLE:  # sort positions, gather on the host
+    if values.dtype.itemsize not in MOVABLE_VALUE_BYTES:  # sort positions, gather on the host
         k, positions = plan.sort_within(keys, np.arange(len(keys), dtype=np.int64), _plan_bytes(memory), steps)
         return k, values[positions]
     k, v = plan.sort_within(keys, _bits(values), _plan_bytes(memory), steps)
@@ -277,7 +272,7 @@ def _host_merge(runs: Sequence[Pair], memory: staging.GpuMemory) -> Pair:
     dtype = values[0].dtype
     if sum(map(len, keys)) == 0:
         return np.concatenate(keys, dtype=keys[0].dtype), np.concatenate(values, dtype=dtype)
-    if dtype.itemsize not in _MOVABLE:  # merge global positions, gather on the host
+    if dtype.itemsize not in MOVABLE_VALUE_BYTES:  # merge global positions, gather on the host
         starts = np.cumsum([0] + [len(k) for k in keys]).tolist()
         pieces = [(k, np.arange(a, a + len(k), dtype=np.int64)) for k, a in zip(keys, starts)]
         k, positions = plan.merge_within(pieces, _plan_bytes(memory), _Steps(memory))
@@ -339,18 +334,26 @@ def _whole_step(memory: staging.GpuMemory, keys: Sequence[np.ndarray],
         v = cupy.arange(offset, offset + n, dtype=np.int64)
     else:
         v = None if values is None else _staged([_bits(p) for p in values], alone)
-    if okeys.dtype in kernels.KEY_TYPES and okeys.dtype not in kernels.EXACT_FLOATS:
-        okeys, v = kernels.mergesort(okeys, v, overwrite_input=True)  # two copies on the GPU, not three
-    elif v is None:
-        okeys = gpu.sort(okeys)
-    else:
-        okeys, v = gpu.sort_pairs(okeys, v)
+    okeys, v = _sort_owned(okeys, v)
     result = decode(okeys), v
     del okeys
     dtype = values[0].dtype if values is not None and not isinstance(values, tuple) else np.dtype(np.int64)
     out = tuple(None if x is None else np.empty(x.shape, x.dtype) for x in result)
     _download(memory, result, out, alone)
     return out[0], None if out[1] is None else out[1].view(dtype)
+
+
+def _sort_owned(keys: cupy.ndarray, values: cupy.ndarray | None) -> Pair:
+    """GPU ``keys`` (and ``values``) sorted, where the sort may use their buffers.
+
+    Where the kernels can, the input is one of the sort's two buffers: two
+    copies of the data on the GPU, not three.
+    """
+    if keys.dtype in kernels.KEY_TYPES and keys.dtype not in kernels.EXACT_FLOATS \
+            and (values is None or values.dtype.itemsize in MOVABLE_VALUE_BYTES):
+        out_k, out_v = kernels.mergesort(keys, None if values is None else _bits(values), overwrite_input=True)
+        return out_k, None if values is None else out_v.view(values.dtype)
+    return (gpu.sort(keys), None) if values is None else gpu.sort_pairs(keys, values)
 
 
 def _merge_step(memory: staging.GpuMemory, pieces: Sequence[Pair], out: Pair) -> None:
