@@ -9,7 +9,9 @@ before the clock starts and fresh every repetition:
                      concatenation (goal: 3x faster).
 ``gpu-merge``        the same in CuPy chunks of ``--gpu-merge-n`` keys each, on this
                      process's GPU: against ``gpusort.gpu.merge`` of the two whole
-                     arrays (goal: half its rate or more).  Skipped without CuPy.
+                     arrays (goal: half its rate or more), and Dask's floor: a task
+                     per chunk over the same persisted inputs that returns a view.
+                     Skipped without CuPy.
 ``sort_values``      ``--frame-n`` rows (int64 keys k1, k2; float64 v) in
                      ``--frame-partitions`` partitions, sorted by [k1, k2] on the
                      cluster: ``gpusort.sort_values`` against ``dask.dataframe``'s
@@ -28,7 +30,7 @@ import dask.array as da
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
-from harness import Case, cluster, parse_args, persisted, run, to_host
+from harness import Case, cluster, parse_args, persisted, run
 
 import gpusort
 from gpusort import runtime
@@ -110,29 +112,49 @@ def gpu_merge_cases(n: int, chunks: int) -> list[Case]:
     params = {"n": 2 * n, "dtype": "int64", "chunks": 2 * chunks}
 
     def whole(rep):
-        import cupy
-
-        inputs = sorted_keys(n, chunks, 2 * rep), sorted_keys(n, chunks, 2 * rep + 1)
-        return [cupy.asarray(x.compute()) for x in inputs]
+        # Made and checked on the GPU: a host sort of 2^30 keys takes minutes.
+        return [gpu_sorted_keys(n, 2 * rep), gpu_sorted_keys(n, 2 * rep + 1)]
 
     def chunked(rep):
-        return persisted([da.from_array(x, chunks=-(-n // chunks), asarray=False) for x in whole(rep)])
+        return persisted([da.from_array(x, chunks=-(-n // chunks), asarray=False, name=False) for x in whole(rep)])
 
     def check(ab, y):
-        ab = [to_host(x.compute() if isinstance(x, da.Array) else x) for x in ab]
-        got = to_host(y.compute() if isinstance(y, da.Array) else y)
-        np.testing.assert_array_equal(got, np.sort(np.concatenate(ab), kind="stable"))
+        import cupy
+
+        ab = [x.compute() if isinstance(x, da.Array) else x for x in ab]
+        got = y.compute() if isinstance(y, da.Array) else y
+        assert bool(cupy.array_equal(got, cupy.sort(cupy.concatenate(ab)))), "the merge is not the sorted union"
 
     def merge_gpu(ab):
         import gpusort.gpu
 
         return gpusort.gpu.merge(*ab)
 
+    def floor(ab):
+        # Dask's own cost of one task per output chunk over the persisted inputs: a view each, no work.
+        return persisted(da.concatenate(ab).map_blocks(_view, dtype=ab[0].dtype))
+
+    def check_floor(ab, y):
+        assert y.numblocks == (2 * chunks,), y.numblocks
+
     return [
         Case("gpusort.merge", chunked, lambda ab: persisted(gpusort.merge(*ab)), check, 2 * n, params,
              device="gpu", bytes=2 * 2 * n * 8),
         Case("gpusort.gpu.merge", whole, merge_gpu, check, 2 * n, params, device="gpu", bytes=2 * 2 * n * 8),
+        Case("Dask floor: a view a chunk", chunked, floor, check_floor, 2 * n, params, device="gpu"),
     ]
+
+
+def _view(block):
+    return block[:]
+
+
+def gpu_sorted_keys(n: int, seed: int, width: int = 2**20):
+    """``n`` sorted random int64 keys on the GPU, drawn as :func:`sorted_keys` draws them: no sort needed."""
+    import cupy
+
+    rng = cupy.random.default_rng(seed)
+    return cupy.arange(n, dtype=np.int64) * width + rng.integers(0, width, n, dtype=np.int64)
 
 
 def frame(n: int, partitions: int, seed: int) -> dd.DataFrame:

@@ -373,6 +373,7 @@ class GpuMemory:
         self.peak_used_bytes = 0
         self.steps = 0  # steps run since the last reset_peak
         self.flushes = 0  # allocations that met the limit and emptied the cache (a device sync each)
+        self.retries = 0  # steps that met the limit anyway and ran again alone
         self._lock = threading.Condition()
         self._held: dict[int, int] = {}  # thread -> bytes it has reserved now
 
@@ -401,6 +402,7 @@ class GpuMemory:
         except cupy.cuda.memory.OutOfMemoryError:
             pass  # retried below, once the failed attempt's arrays (held by the traceback) are gone
         gc.collect()
+        self.retries += 1
         return self._run(self.budget, fn, args, alone=True)
 
     def _run(self, nbytes: int, fn, args, alone: bool = False):
@@ -449,9 +451,9 @@ class GpuMemory:
 
     def stats(self) -> dict[str, int]:
         return {"budget_bytes": self.budget, "peak_bytes": self.peak_bytes, "peak_used_bytes": self.peak_used_bytes,
-                "pool_bytes": self.pool.total_bytes(), "flushes": self.flushes}
+                "pool_bytes": self.pool.total_bytes(), "flushes": self.flushes, "retries": self.retries}
 
     def reset_peak(self) -> None:
-        self.steps = self.flushes = 0
+        self.steps = self.flushes = self.retries = 0
         self.peak_bytes = self.pool.total_bytes()
         self.peak_used_bytes = self.pool.used_bytes()

@@ -116,6 +116,7 @@ def sort_once(client, args: argparse.Namespace, seed: int) -> dict:
         "peak_gpu_bytes": {w: s["peak_bytes"] for w, s in peaks.items()},
         "pinned_bytes": {w: s["pinned_bytes"] for w, s in peaks.items()},
         "budget_bytes": {w: s["budget_bytes"] for w, s in peaks.items()},
+        "flushes": sum(s["flushes"] for s in peaks.values()), "retries": sum(s["retries"] for s in peaks.values()),
         "verify_seconds": time.perf_counter() - check_start, "verified": bool(report.ok), "verify": str(report),
     }
 
@@ -135,7 +136,8 @@ def print_summary(args: argparse.Namespace, runs: list[dict]) -> None:
               f"{r['keys_per_second'] / 1e9:>8.3f}  {speedup:>8}  {peak:>12.1f}  {pinned:>10.1f}  "
               f"{r['bytes_between_workers'] / 2**20:>10.1f}  {r['verified']}")
         print("        phases " + ", ".join(f"{k} {v:.2f}" for k, v in r["phase_seconds"].items())
-              + f" (task seconds); verify {r['verify_seconds']:.2f} s: {r['verify']}")
+              + f" (task seconds); GPU pool flushes {r['flushes']}, steps run again alone {r['retries']}; "
+              f"verify {r['verify_seconds']:.2f} s: {r['verify']}")
 
 
 if __name__ == "__main__":

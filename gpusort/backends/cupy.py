@@ -72,8 +72,10 @@ def memory_stats(reset: bool = False) -> dict[str, Any]:
     ``budget_bytes``, the largest budget -- so ``peak_bytes <= budget_bytes``
     whenever every sort kept within its own budget.  ``pools`` has each of
     those pools' figures, keyed ``(device, budget)``.  ``pinned_bytes`` is
-    the pinned host memory the process holds for staging (all GPUs).  Empty
-    if no step ran.
+    the pinned host memory the process holds for staging (all GPUs);
+    ``flushes`` and ``retries`` sum, over the pools, the allocations that met
+    a pool's limit and emptied its cache, and the steps that met it anyway
+    and ran again alone.  Empty if no step ran.
     """
     pools = {}
     for key, memory in sorted(_memories.items()):
@@ -85,6 +87,7 @@ def memory_stats(reset: bool = False) -> dict[str, Any]:
         return {}
     keys = ("budget_bytes", "peak_bytes", "peak_used_bytes")
     return ({k: max(p[k] for p in pools.values()) for k in keys}
+            | {k: sum(p[k] for p in pools.values()) for k in ("flushes", "retries")}
             | {"pinned_bytes": staging.pinned_bytes(), "pools": pools})
 
 
