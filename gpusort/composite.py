@@ -130,15 +130,17 @@ class Layout:
 
 
 def argsort_rows(okeys: np.ndarray, runs: bool = False) -> np.ndarray:
-    """Stable positions that sort composite keys: ``np.argsort`` for 1-D, row-wise lexicographic for 2-D.
+    """Stable positions that sort composite keys: 1-D as integers, 2-D rows lexicographically.
 
-    ``runs``: the rows are sorted runs end to end (a merge).  ``lexsort``
-    sorts column by column and cannot see them; the rows' unsigned words
-    written big-endian compare as byte strings in the rows' order, and the
-    stable sort of those strings (timsort) finds the runs and merges them:
-    two sorted runs of 2^20 two-word rows in 0.03 s against 0.86 s.  On
-    unsorted rows ``lexsort`` is as fast or faster where the first word
-    has few values, so it stays the sort.
+    Unsorted rows sort word by word from the last (least significant), each
+    pass stable (:func:`argsort_column`): a word whose values span at most
+    16 bits, the usual first word of a ``sort_values`` by a low-cardinality
+    column, takes NumPy's radix sort, a constant word no pass at all, and
+    only wide words a comparison sort; ``lexsort`` compares every word.
+    ``runs``: the rows are sorted runs end to end (a merge), which a pass
+    per word cannot see; the rows' unsigned words written big-endian
+    compare as byte strings in the rows' order, and the stable sort of those
+    strings (timsort) finds the runs and merges them.
 
     Examples
     --------
@@ -148,12 +150,61 @@ def argsort_rows(okeys: np.ndarray, runs: bool = False) -> np.ndarray:
     [2, 0, 1, 3]
     """
     if okeys.ndim == 1:
-        return np.argsort(okeys, kind="stable")
+        return argsort_column(okeys)
     if runs and okeys.dtype.kind == "u" and okeys.shape[1]:
         # Fixed-width byte strings compare as memcmp would (trailing NULs only pad equal lengths).
         words = np.ascontiguousarray(okeys, dtype=okeys.dtype.newbyteorder(">"))
         return np.argsort(words.view(f"S{okeys.dtype.itemsize * okeys.shape[1]}").ravel(), kind="stable")
-    return np.lexsort(okeys.T[::-1])
+    positions = None
+    for q in reversed(range(okeys.shape[1])):
+        column = okeys[:, q]
+        low, high = _span(column)
+        if low == high:  # a constant word orders nothing
+            continue
+        step = argsort_column(column if positions is None else column[positions], (low, high))
+        positions = step if positions is None else positions[step]
+    return np.arange(len(okeys), dtype=np.intp) if positions is None else positions
+
+
+def argsort_column(keys: np.ndarray, span: tuple[int, int] | None = None) -> np.ndarray:
+    """Stable positions that sort 1-D integer ``keys`` (``span``: their least and greatest value, if known).
+
+    Keys within 2^16 of their least value sort as ``uint16`` offsets from it,
+    by NumPy's radix sort: 2^23 keys of 1,024 values in ~0.2 s, where the
+    comparison sort of their int64 form takes ~1.6 s.
+
+    Examples
+    --------
+    >>> argsort_column(np.array([2**40 + 7, 2**40, 2**40 + 7, 2**40 + 1], np.uint64)).tolist()
+    [1, 3, 0, 2]
+    """
+    if keys.dtype.kind in "ui" and keys.dtype.itemsize > 2 and len(keys):
+        low, high = _span(keys) if span is None else span
+        if high - low < 2**16:
+            return np.argsort((keys - keys.dtype.type(low)).astype(np.uint16), kind="stable")
+    return np.argsort(keys, kind="stable")
+
+
+def _span(keys: np.ndarray) -> tuple[int, int]:
+    return (int(keys.min()), int(keys.max())) if len(keys) else (0, 0)
+
+
+def take_rows(x: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """``x[positions]``, where the rows of a 2-D ``x`` move as fixed-width blobs.
+
+    NumPy gathers a 2-D array element by element: 2^23 rows of 16 bytes in
+    1.3 s, against 0.15 s as one 16-byte value each.
+
+    Examples
+    --------
+    >>> take_rows(np.arange(6, dtype=np.uint8).reshape(3, 2), np.array([2, 0])).tolist()
+    [[4, 5], [0, 1]]
+    """
+    if x.ndim != 2 or not x.shape[1] or not len(x):
+        return x[positions]
+    rows = np.ascontiguousarray(x)
+    blob = np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))
+    return rows.view(blob).reshape(len(rows))[positions].view(rows.dtype).reshape(len(positions), rows.shape[1])
 
 
 def row_bits(rows: int) -> int:

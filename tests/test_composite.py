@@ -79,3 +79,38 @@ def test_numpy_backend_merges_composite_keys_without_values():
     np.testing.assert_array_equal(keys, rows[np.lexsort(rows.T[::-1])])
     assert values is None
 
+
+
+@pytest.mark.parametrize("span", [0, 1, 2**16 - 1, 2**16, 2**64 - 1])
+def test_argsort_rows_word_by_word_is_lexsorts_order(span):
+    """Each word's pass: constant words skipped, spans up to 2^16 by radix, wider ones compared; ties stable."""
+    rng = np.random.default_rng(span % 1000)
+    n = 3000
+    base = np.uint64(2**63 - 5)  # offsets from a high base: a narrow span far from zero
+    narrow = base + rng.integers(0, min(span, 2**63) + 1, n, dtype=np.uint64) if span < 2**64 - 1 \
+        else rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
+    for words in ([narrow], [narrow, narrow[::-1].copy()], [np.full(n, base), narrow, np.full(n, 7, np.uint64)]):
+        rows = np.stack(words, axis=1)
+        rows[rng.integers(0, n, 50)] = rows[0]  # equal rows: their input order must stay
+        np.testing.assert_array_equal(composite.argsort_rows(rows), np.lexsort(rows.T[::-1]))
+    assert composite.argsort_rows(np.zeros((0, 2), np.uint64)).tolist() == []
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint64", "int16", "uint8"])
+def test_argsort_column_narrows_near_the_extremes(dtype):
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(0)
+    for low in (info.min, info.max - 9, 0 if info.min < 0 else info.min):
+        keys = (np.asarray(low, dtype) + rng.integers(0, 10, 500).astype(dtype)).astype(dtype)
+        np.testing.assert_array_equal(composite.argsort_column(keys), np.argsort(keys, kind="stable"))
+
+
+@pytest.mark.parametrize("x", [np.arange(24, dtype=np.uint8).reshape(6, 4),
+                               np.arange(12, dtype=">u4").reshape(6, 2)[::2],
+                               np.arange(10, dtype=np.float64).reshape(5, 2)[:, :1],
+                               np.zeros((0, 3), np.uint64), np.zeros((4, 0), np.uint8), np.arange(5)])
+def test_take_rows_is_fancy_indexing(x):
+    positions = np.arange(len(x))[::-1]
+    got, want = composite.take_rows(x, positions), x[positions]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)

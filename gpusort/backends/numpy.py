@@ -8,7 +8,7 @@ import numpy as np
 
 from gpusort import order
 from gpusort.backends import SORTED_SAMPLE, Pair
-from gpusort.composite import argsort_rows
+from gpusort.composite import argsort_column, argsort_rows, take_rows
 
 
 class NumpyBackend:
@@ -17,14 +17,14 @@ class NumpyBackend:
     def sort_run(self, keys: np.ndarray, values: np.ndarray | None = None, *, overwrite: bool = False) -> Pair:
         if keys.ndim == 2:  # composite keys past 64 bits: rows compared word by word
             order = argsort_rows(keys)
-            return keys[order], None if values is None else values[order]
+            return take_rows(keys, order), None if values is None else take_rows(values, order)
         if values is None:
             if overwrite and keys.dtype.kind != "f" and keys.flags.writeable:
                 keys.sort(kind="stable" if keys.dtype.itemsize == 1 else None)  # no copy of a temporary
                 return keys, None
             return _sort_keys(keys), None
-        order = np.argsort(keys, kind="stable")
-        return keys[order], values[order]
+        order = argsort_column(keys)
+        return keys[order], take_rows(values, order)
 
     def merge_runs(self, runs: Sequence[Pair]) -> Pair:
         """Stable k-way merge of the runs: :meth:`sort_run` of their concatenation.
@@ -49,7 +49,7 @@ class NumpyBackend:
         keys = np.concatenate([k for k, _ in runs], dtype=runs[0][0].dtype)
         if runs[0][1] is None:
             if keys.ndim == 2:
-                return keys[argsort_rows(keys, runs=True)], None
+                return take_rows(keys, argsort_rows(keys, runs=True)), None
             if keys.dtype.kind != "f":  # the concatenation is ours: timsort merges it in place, no second copy
                 keys.sort(kind="stable")
                 return keys, None
@@ -57,7 +57,7 @@ class NumpyBackend:
         values = np.concatenate([v for _, v in runs], dtype=runs[0][1].dtype)
         if keys.ndim == 2:
             order = argsort_rows(keys, runs=True)
-            return keys[order], values[order]
+            return take_rows(keys, order), take_rows(values, order)
         return self.sort_run(keys, values)
 
     def is_sorted(self, keys: np.ndarray) -> bool:
