@@ -155,6 +155,8 @@ def argsort_rows(okeys: np.ndarray, runs: bool = False) -> np.ndarray:
         # Fixed-width byte strings compare as memcmp would (trailing NULs only pad equal lengths).
         words = np.ascontiguousarray(okeys, dtype=okeys.dtype.newbyteorder(">"))
         return np.argsort(words.view(f"S{okeys.dtype.itemsize * okeys.shape[1]}").ravel(), kind="stable")
+    if okeys.dtype.kind not in "ui":  # the passes offset integer words; composite keys are unsigned
+        return np.lexsort(okeys.T[::-1])
     positions = None
     for q in reversed(range(okeys.shape[1])):
         column = okeys[:, q]
@@ -200,7 +202,9 @@ def take_rows(x: np.ndarray, positions: np.ndarray) -> np.ndarray:
     >>> take_rows(np.arange(6, dtype=np.uint8).reshape(3, 2), np.array([2, 0])).tolist()
     [[4, 5], [0, 1]]
     """
-    if x.ndim != 2 or not x.shape[1] or not len(x):
+    positions = np.asarray(positions)
+    if (type(x) is not np.ndarray or x.ndim != 2 or not x.size or x.dtype.hasobject or not x.dtype.itemsize
+            or positions.ndim != 1 or positions.dtype.kind not in "iu"):
         return x[positions]
     rows = np.ascontiguousarray(x)
     blob = np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))

@@ -96,6 +96,12 @@ def test_argsort_rows_word_by_word_is_lexsorts_order(span):
     assert composite.argsort_rows(np.zeros((0, 2), np.uint64)).tolist() == []
 
 
+def test_argsort_rows_of_other_kinds_is_lexsorts_order():
+    for rows in (np.array([[0, 0.5], [0, 0.1], [np.nan, 0.0]]), np.array([[True, False], [False, True]]),
+                 np.array([[1, 2], [1, 1]], "datetime64[D]")):
+        np.testing.assert_array_equal(composite.argsort_rows(rows), np.lexsort(rows.T[::-1]))
+
+
 @pytest.mark.parametrize("dtype", ["int64", "int32", "uint64", "int16", "uint8"])
 def test_argsort_column_narrows_near_the_extremes(dtype):
     info = np.iinfo(dtype)
@@ -108,9 +114,11 @@ def test_argsort_column_narrows_near_the_extremes(dtype):
 @pytest.mark.parametrize("x", [np.arange(24, dtype=np.uint8).reshape(6, 4),
                                np.arange(12, dtype=">u4").reshape(6, 2)[::2],
                                np.arange(10, dtype=np.float64).reshape(5, 2)[:, :1],
-                               np.zeros((0, 3), np.uint64), np.zeros((4, 0), np.uint8), np.arange(5)])
+                               np.zeros((0, 3), np.uint64), np.zeros((4, 0), np.uint8), np.arange(5),
+                               np.array([[1, "a"], [2, None]], object), np.zeros((3, 2), "V0")])
 def test_take_rows_is_fancy_indexing(x):
-    positions = np.arange(len(x))[::-1]
-    got, want = composite.take_rows(x, positions), x[positions]
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(got, want)
+    for positions in (np.arange(len(x))[::-1], np.arange(len(x)).reshape(-1, 1), -1 - np.arange(len(x), dtype=np.int8),
+                      np.arange(len(x)) % 2 == 0):
+        got, want = composite.take_rows(x, positions), x[positions]
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
