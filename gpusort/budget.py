@@ -46,9 +46,10 @@ from gpusort import corank
 Pair = tuple[Any, Any]
 
 #: Share of the budget the steps are planned to fill; the rest absorbs the pool's
-#: rounding and fragmentation (the pool's limit is the whole budget).  0.9 was
-#: too little: after earlier sorts in the same worker a 48 MiB budget failed a
-#: 6.8 MB allocation with 43.6 MB held (H100, test_gpu_e2e).
+#: rounding and fragmentation (the pool's limit is the whole budget).  After
+#: earlier sorts in the same worker, a pool split into blocks of other sizes
+#: can meet its limit with a step's bytes free in all but one piece, so the
+#: plan leaves a quarter (benchmarks/NOTES.md has the case that set it).
 PLAN_FRACTION = 0.75
 #: Bytes every GPU step may hold beyond its arrays: allocator rounding,
 #: partition arrays of tiny pieces, the merge tree's per-level scratch.
