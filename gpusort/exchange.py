@@ -13,7 +13,9 @@ distributed's P2P shuffle machinery (the one ``dask.dataframe`` shuffles and
   moves, unless that worker merges no output, and then it goes to one that
   does before the task ends;
 * P2P's barrier task tells every worker that all inputs are in, and each
-  worker that owns output (an *owner*) runs :meth:`SortRun.inputs_done`:
+  worker that owns output (an *owner*) starts its sort (:meth:`SortRun.inputs_done`)
+  and lets the barrier end, so that the scheduler hands out the output tasks
+  while the owners work:
 
   1. its chunks become sorted runs, on its backend: one run of all of them
      where ties cannot be told apart (:func:`one_run_per_worker`), else one
@@ -29,9 +31,8 @@ distributed's P2P shuffle machinery (the one ``dask.dataframe`` shuffles and
   4. each owner merges its slices, in run order (ties keep the strict order
      ``(key, run, position)``), into one block of its output ranks;
 
-* one task per output block (consecutive output chunks), placed by P2P on
-  the block's owner, returns a view of the owner's merged ranks; the output
-  chunks are views of the blocks.
+* one task per output chunk, placed by P2P on its owner, waits for the
+  owner's merge and returns a view of its merged ranks.
 
 The graph has ``O(P + J)`` tasks whatever the number of workers ``W``; the
 workers exchange ``3·W·(W-1)`` messages, two rounds of samples and window
@@ -58,6 +59,7 @@ from typing import Any
 import numpy as np
 from dask._task_spec import Task, TaskRef
 from distributed import get_worker
+from distributed.worker import thread_state
 from distributed.shuffle._core import (
     P2PBarrierTask,
     ShuffleId,
@@ -244,6 +246,9 @@ class SortRun(ShuffleRun[int, Any]):
         self._blocks: dict[int, tuple[Any, Any]] = {}  # start rank -> merged (keys, values)
         self._unread: dict[int, int] = {}
         self._lock = threading.Lock()
+        self._sorting: asyncio.Future | None = None  # the sort, which the barrier starts and no task awaits
+        self._finished = threading.Event()  # the sort merged its blocks, failed, or the run closed
+        self._failure: BaseException | None = None
 
     # --- phase 0: the inputs ------------------------------------------------------------
 
@@ -280,9 +285,35 @@ class SortRun(ShuffleRun[int, Any]):
     # --- the sort, on every owner at once ------------------------------------------------
 
     async def inputs_done(self) -> None:
+        """P2P's barrier on this worker: every input is in, so start the sort, and return.
+
+        The barrier task ends once every owner has started, and the scheduler
+        hands out the output tasks while the owners sort, swap and merge; each
+        output task waits for its block (:meth:`_get_output_partition`).  So
+        Dask's cost per output task is paid under the sort rather than after
+        it.  A failure of the sort reaches the output tasks, and a run closed
+        by P2P (a worker lost: the exchange restarts) stops it.
+        """
         await super().inputs_done()
         if self.local_address not in self.ranges:
             return
+        self._sorting = asyncio.ensure_future(self._sort())
+        self._sorting.add_done_callback(self._sort_ended)
+
+    def _sort_ended(self, sorting: asyncio.Future) -> None:
+        if not sorting.cancelled() and sorting.exception() is not None:
+            self._failure = sorting.exception()
+            self.fail(self._failure)
+        self._finished.set()
+
+    async def close(self) -> None:
+        if self._sorting is not None:
+            self._sorting.cancel()
+        await super().close()
+        self._finished.set()
+
+    async def _sort(self) -> None:
+        """This owner's part of the sort: runs, exact splitters, the swap, the merge of its blocks."""
         spec = self.spec
         me = self.owners.index(self.local_address)
         merge_all, scheme, attempt = spec.merge_all, ("exact" if spec.merge_all else spec.scheme), 0
@@ -470,7 +501,24 @@ class SortRun(ShuffleRun[int, Any]):
 
     # --- phase 4: the output -------------------------------------------------------------
 
+    def get_output_partition(self, partition_id: int, key: Any, **kwargs: Any) -> Any:
+        # P2P's own makes two round trips to the worker's event loop per output
+        # task, on a loop that is busy with every task's messages: one to move a
+        # task that runs on the wrong worker (asked only where it does), one to
+        # flush a disk buffer this run never writes.
+        self.raise_if_closed()
+        if self._get_assigned_worker(partition_id) != self.local_address:
+            sync(self._loop, self._ensure_output_worker, partition_id, key)
+        if not self.transferred:
+            raise RuntimeError(f"{self}: an output task ran before the barrier")
+        return self._get_output_partition(partition_id, key, **kwargs)
+
     def _get_output_partition(self, partition_id: int, key: Any, **kwargs: Any) -> Any:
+        while not self._finished.wait(0.1):
+            self.raise_if_closed()
+        self.raise_if_closed()
+        if self._failure is not None:
+            raise self._failure
         edges = self.spec.edges
         for start, stop, a, b in self.ranges[self.local_address]:
             if a <= partition_id < b:
@@ -535,12 +583,28 @@ def _transfer(id: ShuffleId, k: int, offset: int | None, declared: list, *chunk_
         ) from None
     pair = chunks.gathered(declared, offset, chunk_data)  # a chunk that lies stops here, by name
     with handle_transfer_errors(id):
-        return get_worker_plugin().add_partition(pair, partition_id=k, id=id)
+        plugin = get_worker_plugin()
+        run = _active_run(plugin, id)
+        if run is None:  # this worker's first input: the plugin asks the scheduler for the run
+            return plugin.add_partition(pair, partition_id=k, id=id)
+        return run.add_partition(pair, k)
+
+
+def _active_run(plugin: Any, id: ShuffleId, run_id: int | None = None) -> SortRun | None:
+    """This worker's run of exchange ``id`` (of ``run_id``, if given) where it has one, else ``None``.
+
+    Read without the round trip to the worker's event loop that the plugin's
+    own lookups make, once a task, on a loop busy with every task's messages.
+    """
+    run = plugin.shuffle_runs._active_runs.get(id)
+    return run if run is not None and run_id in (None, run.run_id) else None
 
 
 def _unpack(id: ShuffleId, j: int, run_id: int) -> Any:
     with handle_unpack_errors(id):
-        return get_worker_plugin().get_output_partition(id, run_id, j)
+        plugin = get_worker_plugin()
+        run = _active_run(plugin, id, run_id) or plugin.get_shuffle_run(id, run_id)
+        return run.get_output_partition(j, thread_state.key)
 
 
 def exchange_layer(parts: list[tuple[int | None, list, list]], token: str, spec_args: dict) -> tuple[dict, str]:

@@ -12,6 +12,7 @@ import dask.array as da
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import serialize, to_serialize
 
 import gpusort
@@ -103,6 +104,47 @@ def test_built_for_a_cluster_computed_elsewhere_says_how_to_fix(eight_workers):
         y.compute(scheduler="sync")
     with dask.config.set({"gpusort.exchange": "local"}):
         np.testing.assert_array_equal(gpusort.sort(keys).compute(scheduler="sync"), np.arange(1000))
+
+
+class FailingMerge(WorkerPlugin):
+    """Every owner's merge fails, as a GPU out of memory would, after the barrier task has ended."""
+
+    def setup(self, worker):
+        from gpusort.exchange import SortRun
+
+        self.real = SortRun._merge
+
+        def out_of_memory(run, pieces, scheme):
+            raise MemoryError("merge: out of memory (injected by the test)")
+
+        SortRun._merge = out_of_memory
+
+    def teardown(self, worker):
+        from gpusort.exchange import SortRun
+
+        SortRun._merge = self.real
+
+
+@pytest.mark.timeout(120)
+def test_a_failure_inside_the_exchange_reaches_the_caller(eight_workers):
+    client = eight_workers
+    keys = da.from_array(np.arange(10_000)[::-1], chunks=500)
+    client.register_plugin(FailingMerge(), name="failing-merge")
+    try:
+        with dask.config.set(ONE_CHUNK_PER_TASK), pytest.raises(Exception) as info:
+            client.compute(gpusort.sort(keys, chunks=400), sync=True)
+    finally:
+        client.unregister_worker_plugin("failing-merge")
+    causes = []
+    error = info.value
+    while error is not None:
+        causes.append(error)
+        error = error.__cause__
+    assert any(isinstance(e, MemoryError) and "injected by the test" in str(e) for e in causes), causes
+    again = da.from_array(np.arange(10_000)[::-1] * 2, chunks=500)  # new keys: the failed ones stay failed
+    with dask.config.set(ONE_CHUNK_PER_TASK):  # nothing waits on the failed exchange any more
+        np.testing.assert_array_equal(client.compute(gpusort.sort(again, chunks=400), sync=True),
+                                      np.arange(10_000) * 2)
 
 
 @pytest.mark.timeout(300)
