@@ -13,7 +13,7 @@ is the floor that `plot.py` compares gpusort[cupy] with.
 from __future__ import annotations
 
 import numpy as np
-from harness import Case, cluster, dataframe_peer, gpusort_on_cluster, make_keys, parse_args, persisted_keys, run
+from harness import Case, cluster, dataframe_peer, gpusort_on_cluster, keys_between, parse_args, persisted_keys, run
 
 from gpusort import runtime
 
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
         cases = [
             Case(f"gpusort[{args.backend}]", on_cluster, gpusort_on_cluster(backend=args.backend), check_gpusort, args.n, params),
             dataframe_peer("dask.dataframe", on_cluster, args.n, params),
-            Case("np.sort", lambda rep: make_keys(0, args.n, args.n, args.dtype, args.distribution, rep),
+            Case("np.sort", lambda rep: keys_between(0, args.n, args.n, args.dtype, args.distribution, rep),
                  np.sort, _check_sorted, args.n, params),
         ]
         cases += [Case(name, _on_gpu(args), fn, check, args.n, params, device="gpu", requires=req)
@@ -79,7 +79,7 @@ def _on_gpu(args):
     def setup(rep):
         import cupy
 
-        return cupy.asarray(make_keys(0, args.n, args.n, args.dtype, args.distribution, rep))
+        return cupy.asarray(keys_between(0, args.n, args.n, args.dtype, args.distribution, rep))
 
     return setup
 

@@ -37,7 +37,7 @@ import time
 import dask
 import numpy as np
 from distributed import wait
-from harness import (Case, dask_keys, dataframe_peer, gpu_keys, gpu_uniform, make_keys, parse_args, run_cases,
+from harness import (Case, dask_keys, dataframe_peer, gpu_keys, gpu_uniform, keys_between, parse_args, run_cases,
                      synchronize_workers, warm_gpu_keys)
 
 import gpusort
@@ -144,7 +144,7 @@ def group_cpu(args):
         on_cluster = lambda rep: dask_keys(n, -(-n // chunks), "int64", "uniform", seed=rep).persist()
         cases += [dataframe_peer("dask.dataframe[2 workers]", on_cluster, n, params),
                   Case("dask p2p rechunk, no sort[2 workers]", on_cluster, p2p_floor, None, n, params),
-                  Case("np.sort (one core)", lambda rep: make_keys(0, n, n, "int64", "uniform", rep), np.sort,
+                  Case("np.sort (one core)", lambda rep: keys_between(0, n, n, "int64", "uniform", rep), np.sort,
                        None, n, params)]
         summary = run_cases("exchange-cpu", args, cases, baseline="np.sort (one core)", show=("tasks",))
         m = args.n_chunks

@@ -24,6 +24,7 @@ import numpy as np
 from harness import Case, parse_args, run
 
 from gpusort import runtime
+from gpusort.cuda import buckets, build, launch, tuning
 
 GOALS = [  # (op, dtype, unit, goal), read off the summary: issue 14's (float32's is at 2**24: --log2-n 24)
     ("sort", "int32", "Gkeys/s", 25.0),
@@ -72,7 +73,7 @@ def cases(log2_n: int) -> list[Case]:
         return torch.from_dlpack(x)
 
     for dtype in ("int32", "int64", "float64", "float32"):
-        params = {"op": "sort", "n": n, "dtype": dtype, "tuning": tuning(np.dtype(dtype).itemsize)}
+        params = {"op": "sort", "n": n, "dtype": dtype, "tuning": tuning_row(np.dtype(dtype).itemsize)}
         setup = lambda rep, dtype=dtype: random_keys(n, dtype, rep)
         check = same(cupy.sort)
         out += [
@@ -83,7 +84,7 @@ def cases(log2_n: int) -> list[Case]:
         ]  # fmt: skip
 
     m = n // 2
-    params = {"op": "argsort", "n": m, "dtype": "int32", "tuning": tuning(8)}  # keys and positions packed in 8 bytes
+    params = {"op": "argsort", "n": m, "dtype": "int32", "tuning": tuning_row(8)}  # keys and positions packed in 8 bytes
     setup = lambda rep: random_keys(m, "int32", rep)
     check = same(cupy.argsort)  # CUB's radix sort is stable, so the positions must agree
     out += [
@@ -93,7 +94,7 @@ def cases(log2_n: int) -> list[Case]:
              requires=["torch"]),
     ]  # fmt: skip
 
-    params = {"op": "merge", "n": 2 * m, "dtype": "int32", "tuning": tuning(4)}
+    params = {"op": "merge", "n": 2 * m, "dtype": "int32", "tuning": tuning_row(4)}
     setup = lambda rep: (cupy.sort(random_keys(m, "int32", 2 * rep)),
                          cupy.sort(random_keys(m, "int32", 2 * rep + 1)))  # fmt: skip
     moved = 2 * (2 * m) * 4  # every key read once and written once
@@ -160,29 +161,25 @@ def axis_cases(log2_n: int) -> list[Case]:
     return out
 
 
-def tuning(key_size: int, value_size: int = 0) -> str:
+def tuning_row(key_size: int, value_size: int = 0) -> str:
     """The tuning row a sort of these key and value sizes uses on this device, as ``sm_90 256x23``."""
     import cupy
 
-    from gpusort import kernels
-
     arch = int(cupy.cuda.Device().compute_capability)
-    nt, vt = kernels.launch_box(arch, key_size, value_size)
+    nt, vt = tuning.launch_box(arch, key_size, value_size)
     return f"sm_{arch} {nt}x{vt}"
 
 
 def print_kernels() -> None:
     import cupy
 
-    from gpusort import kernels
-
     arch = int(cupy.cuda.Device().compute_capability)
-    print(f"gpusort kernels {kernels.version()}, device sm_{arch} "
+    print(f"gpusort kernels {build.version()}, device sm_{arch} "
           f"({cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()})")  # fmt: skip
     print("tuning (arch, key bytes, value bytes) -> NT x VT (1- and 2-byte keys and values count as 4):")
     for key_size in (4, 8):
         for value_size in (0, 4, 8):
-            nt, vt = kernels.launch_box(arch, key_size, value_size)
+            nt, vt = tuning.launch_box(arch, key_size, value_size)
             print(f"  (sm_{arch}, {key_size}, {value_size}) -> {nt} x {vt} = {nt * vt} keys per tile")
 
 
@@ -215,18 +212,16 @@ def print_breakdown(log2_n: int, repeat: int) -> None:
     """
     import cupy
 
-    from gpusort import kernels
-
     n = 2**log2_n
     print(f"\nkernels alone, n = 2**{log2_n}, median of {repeat} (bytes: read + written once)")
     for dtype in ("int32", "int64", "float64"):
-        k = kernels.kernels(np.dtype(dtype), 0, False)
+        k = build.kernels(np.dtype(dtype), 0, False)
         x = random_keys(n, dtype, 0)
         b = cupy.empty_like(x)
-        tiles = kernels.Tiles.whole(n, k.nv)
+        tiles = launch.Tiles.whole(n, k.nv)
         levels = tiles.levels
         four_way = k.merge_four is not None
-        plan = kernels.pass_plan(levels, four_way)
+        plan = tuning.pass_plan(levels, four_way)
         splits = cupy.empty(4 * tiles.count, np.int64)
 
         def runs(ways):  # the last pass of these ways: sorted runs of n / ways keys or so
@@ -238,14 +233,14 @@ def print_breakdown(log2_n: int, repeat: int) -> None:
 
         a2, run2 = runs(2)  # the last two-way pass's input
         steps = {}
-        if kernels.bucket_pass(k, x, False, x.dtype):  # the sample's sort, the count, the tables, the scatter
-            steps["bucket pass"] = lambda: kernels.bucket_pass(k, x, False, x.dtype)
-        steps["blocksort"] = lambda: kernels.blocksort(k, x, kernels.NULL, b, kernels.NULL, tiles)
-        steps["2-way pass"] = lambda: kernels.merge_pass(k, a2, kernels.NULL, a2[run2:], kernels.NULL, run2, n,
-                                                         n - run2, splits[:tiles.count], b, kernels.NULL, tiles)
+        if buckets.bucket_pass(k, x, False, x.dtype):  # the sample's sort, the count, the tables, the scatter
+            steps["bucket pass"] = lambda: buckets.bucket_pass(k, x, False, x.dtype)
+        steps["blocksort"] = lambda: launch.blocksort(k, x, tuning.NULL, b, tuning.NULL, tiles)
+        steps["2-way pass"] = lambda: launch.merge_pass(k, a2, tuning.NULL, a2[run2:], tuning.NULL, run2, n,
+                                                         n - run2, splits[:tiles.count], b, tuning.NULL, tiles)
         if four_way:
             a4, run4 = runs(4)  # the last four-way pass's input
-            steps["4-way pass"] = lambda: kernels.merge_pass_four(k, a4, run4, n, splits, b, tiles)
+            steps["4-way pass"] = lambda: launch.merge_pass_four(k, a4, run4, n, splits, b, tiles)
         for name, step in steps.items():
             times = []
             for _ in range(repeat + 1):

@@ -108,7 +108,7 @@ __all__ = [
     "dataframe_peer",
     "format_table",
     "gpusort_on_cluster",
-    "make_keys",
+    "keys_between",
     "on_backend",
     "parse_args",
     "persisted",
@@ -432,7 +432,7 @@ Zipf(1.1), 99% one value, already sorted, sorted in reverse, nearly sorted (ever
 key within a sixteenth of the input of its place: one chunk of 16)."""
 
 
-def make_keys(start: int, stop: int, n: int, dtype: Any, distribution: str, seed: int) -> np.ndarray:
+def keys_between(start: int, stop: int, n: int, dtype: Any, distribution: str, seed: int) -> np.ndarray:
     """Keys at positions ``[start, stop)`` of an ``n``-key input from ``distribution``.
 
     Random draws are seeded by ``(seed, start)``, so any chunk of the input can
@@ -440,9 +440,9 @@ def make_keys(start: int, stop: int, n: int, dtype: Any, distribution: str, seed
 
     Examples
     --------
-    >>> make_keys(0, 4, 4, "int32", "sorted", seed=0)
+    >>> keys_between(0, 4, 4, "int32", "sorted", seed=0)
     array([0, 1, 2, 3], dtype=int32)
-    >>> make_keys(2, 4, 4, "int64", "reverse", seed=0)
+    >>> keys_between(2, 4, 4, "int64", "reverse", seed=0)
     array([1, 0])
     """
     dtype = np.dtype(dtype)
@@ -473,7 +473,7 @@ def make_keys(start: int, stop: int, n: int, dtype: Any, distribution: str, seed
 
 
 def dask_keys(n: int, chunks: int, dtype: Any, distribution: str, seed: int) -> da.Array:
-    """A lazy ``n``-key Dask array from :func:`make_keys`, chunk by chunk.
+    """A lazy ``n``-key Dask array from :func:`keys_between`, chunk by chunk.
 
     A new ``seed`` gives new Dask keys, so a distributed client really computes
     it again: pass the repetition number from ``Case.setup``.
@@ -627,7 +627,7 @@ def _synchronize() -> None:
 
 def _block_keys(positions: np.ndarray, n: int, dtype: np.dtype, distribution: str, seed: int) -> np.ndarray:
     start = int(positions[0]) if len(positions) else 0
-    return make_keys(start, start + len(positions), n, dtype, distribution, seed)
+    return keys_between(start, start + len(positions), n, dtype, distribution, seed)
 
 
 def cluster(args: argparse.Namespace) -> contextlib.AbstractContextManager:

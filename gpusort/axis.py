@@ -15,8 +15,8 @@ With the sort axis moved last, a *row* is a 1-D slice along it and a
             cutting rows into groups is an exact, balanced split that needs no
             splitter search, and the graph has two tasks per block however
             the rows fall.  Groups of a block's size keep the input's
-            parallelism and memory per task (measured on the H200: groups of
-            four blocks ran 1.5x slower than groups of two, benchmarks/NOTES.md).
+            parallelism and memory per task; larger groups run slower
+            (benchmarks/NOTES.md).
 ``corank``  Rows longer than a task: each block-row is sorted as one 1-D
             sort of composite keys ``(row, key)`` (:mod:`gpusort.multikey`),
             the exact co-rank splitters cutting every row at the output
@@ -43,7 +43,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from gpusort import composite, graph, multikey, order
-from gpusort.backends import is_cupy, namespace
+from gpusort.backends import backend_for, get_backend, is_cupy, namespace, to_numpy
 
 #: Rows up to this many input blocks long are gathered whole, even past a task's bytes.
 ROW_BLOCKS = 4
@@ -165,39 +165,20 @@ def sort_rows(descending: bool, positions: bool, backend: Any, *blocks: Any) -> 
     on_host = isinstance(blocks[0], np.ndarray)
     name = getattr(backend, "name", backend)
     if name == "cupy" and not any(b.dtype.kind in "mM" for b in blocks):  # CuPy has no datetime64
-        import cupy
-
-        blocks = tuple(cupy.asarray(b) for b in blocks)
-    out = _sort_rows(namespace(blocks[0]), descending, positions, blocks)
-    return out.get() if on_host and not isinstance(out, np.ndarray) else out
+        blocks = get_backend("cupy").upload(blocks)
+    out = _sort_rows(get_backend(backend_for(blocks[0])), descending, positions, blocks)
+    return to_numpy(out) if on_host else out
 
 
-def _sort_rows(xp, descending, positions, blocks):
+def _sort_rows(backend, descending, positions, blocks):
     first = blocks[0]
     if not positions and len(blocks) == 1 and first.dtype.kind != "c":
         # Keys whose exact order keys decode back: sort those, bits and all.
         okeys = order.encode(first, descending, "exact")
-        return order.decode(_sort_last(xp, okeys), first.dtype, descending, "exact")
+        return order.decode(backend.sort_rows(okeys), first.dtype, descending, "exact")
     columns = [c for b in blocks for c in order.key_columns(b, descending, "tied")[0]]
-    index = _lexsort_last(xp, columns[::-1])
-    return index if positions else xp.take_along_axis(first, index, axis=-1)
-
-
-def _sort_last(xp, okeys):
-    if xp is np:
-        return np.sort(okeys, axis=-1)
-    import gpusort.gpu
-
-    return gpusort.gpu.sort(okeys, axis=-1)
-
-
-def _lexsort_last(xp, columns):
-    """Stable int64 positions along the last axis, last column primary (``np.lexsort``'s convention)."""
-    if xp is np:
-        return np.lexsort(columns, axis=-1).astype(np.int64, copy=False)
-    import gpusort.gpu
-
-    return gpusort.gpu.lexsort(columns, axis=-1)
+    index = backend.lexsort_rows(columns[::-1])
+    return index if positions else namespace(first).take_along_axis(first, index, axis=-1)
 
 
 def _corank(keys, descending, positions, backend):

@@ -10,7 +10,7 @@ the budget:
     staged keys (and values), which the mergesort reuses as one of its two
     ping-pong buffers: ``2 * n * (key + value bytes)``, plus the merge-path
     partition arrays; a keys-only sort also holds its bucket pass's byte a
-    key and count tables (:func:`gpusort.kernels.bucket_pass`).
+    key and count tables (:func:`gpusort.cuda.buckets.bucket_pass`).
 ``merge_bytes(n)``
     the staged slices and one more buffer: the pairwise merge tree's levels
     ping-pong between the two (level 2 on writes over the staged slices),
@@ -91,7 +91,7 @@ def parse_budget(budget: int | str | None, argname: str = "gpu_memory_budget") -
 #: A keys-only sort's bucket pass holds each key's bucket, a byte.  Its
 #: tables (an int32 count and an int64 base for 256 buckets by at most 1024
 #: spans, 3 MiB) fit the slack and fixed bytes of the 64 MiB of keys or
-#: more it needs (gpusort.kernels.BUCKET_MIN_BYTES).
+#: more it needs (gpusort.cuda.tuning.BUCKET_MIN_BYTES).
 BUCKET_BYTES_PER_KEY = 1
 
 

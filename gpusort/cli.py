@@ -310,12 +310,12 @@ def _run_compile(args: argparse.Namespace) -> int:
         raise UserError(f"compile needs CuPy and a CUDA GPU, and here {why}")
     import cupy
 
-    from gpusort import kernels
+    from gpusort.cuda import build
 
     for device in range(len(names)):
         start = time.perf_counter()
         with cupy.cuda.Device(device):
-            modules = kernels.precompile(args.threads)
+            modules = build.precompile(args.threads)
         print(f"GPU {device} ({names[device]}): {modules} kernel modules in {time.perf_counter() - start:.1f} s")
     return 0
 

@@ -19,9 +19,9 @@ How an N-D sort runs.  The sort axis is moved last and the array made
 contiguous rows, ``(R, L)``; then, by what moves the fewest bytes:
 
 * **Segmented** (one row, or rows padded by at most 2x): each row is padded
-  to ``S = NV * 2**m`` keys (:func:`gpusort.kernels.segment_length`, ``NV``
+  to ``S = NV * 2**m`` keys (:func:`gpusort.cuda.tuning.segment_length`, ``NV``
   the blocksort tile) with a key that sorts after every real one, and one
-  :func:`gpusort.kernels.mergesort` with ``segment=S`` sorts all rows at
+  :func:`gpusort.cuda.dispatch.mergesort` with ``segment=S`` sorts all rows at
   once in ``1 + log2(S / NV)`` passes over the data, the passes a 1-D sort
   of one row takes.  A (2**14, 2**14) float32 sort is a blocksort and one
   merge pass.
@@ -51,7 +51,8 @@ from typing import Callable, Sequence, Union
 
 import numpy as np
 
-from gpusort import composite, kernels, order
+from gpusort import composite, order
+from gpusort.cuda import build, dispatch, tuning
 
 try:
     import cupy
@@ -193,10 +194,10 @@ def sort_pairs(
     """
     k = _keys(keys, "keys")
     v = _values(values, "values", keys.size, "keys")
-    if v.dtype.itemsize in kernels.VALUE_DTYPES:
-        out_keys, out_values = kernels.mergesort(k, _bits(v), descending=descending)
+    if v.dtype.itemsize in tuning.VALUE_DTYPES:
+        out_keys, out_values = dispatch.mergesort(k, _bits(v), descending=descending)
         return out_keys.view(keys.dtype), out_values.view(v.dtype)
-    out_keys, positions = kernels.mergesort(k, descending=descending, positions=True)
+    out_keys, positions = dispatch.mergesort(k, descending=descending, positions=True)
     return out_keys.view(keys.dtype), v[positions]
 
 
@@ -213,7 +214,7 @@ def merge(a: cupy.ndarray, b: cupy.ndarray, *, descending: bool = False) -> cupy
     """
     ka, kb = _keys(a, "a"), _keys(b, "b")
     _same_dtype(a, b, "a", "b")
-    return kernels.merge(ka, None, kb, None, descending=descending)[0].view(a.dtype)
+    return dispatch.merge(ka, None, kb, None, descending=descending)[0].view(a.dtype)
 
 
 def merge_runs(runs: Sequence[Run], *, descending: bool = False):
@@ -273,20 +274,20 @@ def merge_runs(runs: Sequence[Run], *, descending: bool = False):
 
 
 def _merge_tree(keys_runs, values_runs, descending):
-    """:func:`gpusort.kernels.merge_tree` of the runs, in new memory.
+    """:func:`gpusort.cuda.dispatch.merge_tree` of the runs, in new memory.
 
     Values of a width the kernels move travel with their keys as unsigned
     bits; wider ones are replaced by their positions in the runs'
     concatenation and gathered once at the end.
     """
     gather = None
-    if values_runs is not None and values_runs[0].dtype.itemsize not in kernels.VALUE_DTYPES:
+    if values_runs is not None and values_runs[0].dtype.itemsize not in tuning.VALUE_DTYPES:
         gather = cupy.concatenate(values_runs)
         starts = np.cumsum([0] + [k.size for k in keys_runs])
         values_runs = [cupy.arange(s, s + k.size, dtype=np.int64) for s, k in zip(starts, keys_runs)]
     values_dtype = None if values_runs is None else values_runs[0].dtype
     runs = [(k, None if values_runs is None else _bits(values_runs[i])) for i, k in enumerate(keys_runs)]
-    keys, values = kernels.merge_tree(runs, descending=descending)  # new memory, never the caller's
+    keys, values = dispatch.merge_tree(runs, descending=descending)  # new memory, never the caller's
     if values is None:
         return keys, None
     values = values.view(values_dtype)
@@ -298,8 +299,8 @@ def _merge_tree(keys_runs, values_runs, descending):
 # Which path, by bytes moved (tile NV = NT * VT keys on sm_90: 5888 for
 # keys of up to 8 bytes alone, which include the packed (key, position) words
 # of an argsort, 8704 with 4-byte values).  The
-# blocksort runs at 0.8 to 1 TB/s (compute-bound) and a merge pass at 3.3 to
-# 3.8 TB/s, near the copy bandwidth (benchmarks/NOTES.md, version 5).
+# blocksort is compute-bound and a merge pass runs near the copy bandwidth,
+# so a merge pass costs well under a blocksort over the same bytes.
 #
 # * Segmented, rows padded to S = segment_length(L, NV): 1 + log2(S / NV)
 #   passes over S / L times the data.  Past one tile S < 2L, so padding
@@ -320,7 +321,7 @@ def _sort_rows(rows: cupy.ndarray, descending: bool) -> cupy.ndarray:
         return rows.copy()
     if count == 1 and rows.dtype in _BY_BITS:
         # The kernels load the floats as exact keys and store their bits back.
-        return kernels.exact_sort(rows.ravel(), descending=descending).reshape(1, length)
+        return dispatch.exact_sort(rows.ravel(), descending=descending).reshape(1, length)
     keys = _kernel_keys(rows)
     segment = _segment(count, length, keys.dtype, 0, descending)
     if segment is not None:
@@ -331,17 +332,17 @@ def _sort_rows(rows: cupy.ndarray, descending: bool) -> cupy.ndarray:
     # Composite keys of scheme "exact", a bijection: the sorted keys decode
     # back to the input's bits, no positions needed.
     layout, okeys = _pack([rows], descending, "exact")
-    out, _ = kernels.mergesort(okeys)
+    out, _ = dispatch.mergesort(okeys)
     keys_out = layout.unpack(out, len(layout.widths) - 1)
     return order.decode_column(keys_out, rows.dtype, descending, "exact").reshape(count, length)
 
 
 #: Floats whose 1-D sort runs on their exact order keys: the kernels compare
 #: float16 and float32 as sign-magnitude integers (kernels/order.cuh), several
-#: instructions a compare, so a float32 sort ran at 12.8 Gkeys/s where int32
-#: ran at 20.6 (2**28, H200).  float64 keeps the hardware compare, as fast as
-#: int64's.
-_BY_BITS = kernels.EXACT_FLOATS
+#: instructions a compare, so sorting the floats themselves runs well below
+#: an int32 sort; their exact keys compare in one.  float64 keeps the
+#: hardware compare, as fast as int64's.
+_BY_BITS = tuning.EXACT_FLOATS
 
 
 def _tied_keys(keys: cupy.ndarray, descending: bool) -> cupy.ndarray:
@@ -352,10 +353,9 @@ def _tied_keys(keys: cupy.ndarray, descending: bool) -> cupy.ndarray:
 
 @functools.cache
 def _tied_kernel() -> cupy.ElementwiseKernel:
-    """The fused pass from a float's bits to its tied order key (:data:`gpusort.order.EXACT_PREAMBLE`)."""
-    return cupy.ElementwiseKernel("U x, U sign, U nans, U inf, U nan, bool descending", "U out",
-                                  "out = gpusort_tied_key(x, sign, nans, inf, nan, descending);",
-                                  "gpusort_tied_key", preamble=order.EXACT_PREAMBLE)
+    """The fused pass from a float's bits to its tied order key (kernels/float_keys.cuh)."""
+    return build.fused_kernel("U x, U sign, U nans, U inf, U nan, bool descending", "U out",
+                              "out = gpusort_tied_key(x, sign, nans, inf, nan, descending);", "gpusort_tied_key")
 
 
 def _argsort_rows(keys: list[cupy.ndarray], descending: bool) -> cupy.ndarray:
@@ -363,10 +363,10 @@ def _argsort_rows(keys: list[cupy.ndarray], descending: bool) -> cupy.ndarray:
     count, length = keys[0].shape
     if keys[0].size == 0 or length == 1:
         return cupy.zeros(keys[0].shape, np.int64)
-    if count == 1 and len(keys) == 1 and kernels.packs(_kernel_keys(keys[0]).dtype) and length < 2**32:
+    if count == 1 and len(keys) == 1 and tuning.packs(_kernel_keys(keys[0]).dtype) and length < 2**32:
         # One row of narrow keys: packed with positions as the blocksort loads
         # them, unpacked as the last pass stores (no passes of their own).
-        return kernels.packed_argsort(_kernel_keys(keys[0]).ravel(), descending=descending).reshape(1, length)
+        return dispatch.packed_argsort(_kernel_keys(keys[0]).ravel(), descending=descending).reshape(1, length)
     packed = _packed_positions(keys, descending)
     if packed is not None:
         return packed
@@ -382,7 +382,7 @@ def _argsort_rows(keys: list[cupy.ndarray], descending: bool) -> cupy.ndarray:
     # Scheme "tied": both zeros and every NaN tie, and keep their input order.
     layout, okeys = _pack(keys, descending, "tied")
     if layout.words == 1:
-        _, positions = kernels.mergesort(okeys, positions=True)
+        _, positions = dispatch.mergesort(okeys, positions=True)
     else:
         positions = _lsd_argsort(okeys, layout)
     return _row_positions(positions, count, length, length)
@@ -422,7 +422,7 @@ def _packed_positions(keys: list[cupy.ndarray], descending: bool) -> cupy.ndarra
     if segment is not None:
         out = _segmented(packed.reshape(count, length), segment, False, positions=False).ravel()
     else:
-        out, _ = kernels.mergesort(packed)
+        out, _ = dispatch.mergesort(packed)
     return _positions_of(out, rowwise).reshape(count, length)
 
 
@@ -434,11 +434,10 @@ def _tied_columns(keys: cupy.ndarray, descending: bool) -> list[cupy.ndarray]:
 
 
 #: How many more passes a packed argsort may take than the key-value one and
-#: still win: its passes are keys-only, about 1.4x cheaper than passes that
-#: gather positions (argsort int32 2**27: packed, 15 passes, 10.3 Gkeys/s;
-#: key-value, 14 passes, 8.05), but rows of 16384 float32 packed into 8 bytes
-#: take 2 passes where the key-value sort takes 1 (3.96x against 5.93x
-#: ``cupy.argsort``, benchmarks/NOTES.md, version 5).
+#: still win: its passes are keys-only, cheaper than passes that gather
+#: positions by a little more than this ratio; but rows of 16384 float32
+#: packed into 8 bytes take 2 passes where the key-value sort takes 1, and
+#: lose (benchmarks/NOTES.md has the cases).
 PACKED_PASSES = 1.3
 
 
@@ -450,23 +449,22 @@ def _packing_pays(count: int, length: int, segment: int, packed: np.dtype, key: 
         return True
 
     def passes(segment, dtype, value_size):
-        return kernels.merge_passes(segment, kernels.kernels(dtype, value_size, False).nv)
+        return tuning.merge_passes(segment, build.kernels(dtype, value_size, False).nv)
 
     return passes(segment, packed, 0) <= PACKED_PASSES * passes(kv_segment, key, 4)
 
 
 @functools.cache
 def _pack_kernel() -> cupy.ElementwiseKernel:
-    return cupy.ElementwiseKernel(
-        "T key, int64 length, int32 row_shift, int32 key_shift, int32 index_shift", "U out",
-        "U row = row_shift < 0 ? U(0) : U(i / length) << row_shift;"
-        "out = row | (U(key) << key_shift) | (U(i % length) << index_shift);", "gpusort_pack_positions")
+    return build.fused_kernel("T key, int64 length, int32 row_shift, int32 key_shift, int32 index_shift", "U out",
+                              "out = gpusort_pack_position<U, T>(key, i, length, row_shift, key_shift, index_shift);",
+                              "gpusort_pack_positions")
 
 
 @functools.cache
 def _unpack_kernel() -> cupy.ElementwiseKernel:
-    return cupy.ElementwiseKernel("U packed, int32 shift, U mask", "int64 position",
-                                  "position = (long long)((packed >> shift) & mask);", "gpusort_unpack_positions")
+    return build.fused_kernel("U packed, int32 shift, U mask", "int64 position",
+                              "position = gpusort_unpack_position<U>(packed, shift, mask);", "gpusort_unpack_positions")
 
 
 def _with_positions(column: cupy.ndarray, layout: composite.Layout, length: int, first: int) -> cupy.ndarray:
@@ -493,7 +491,7 @@ def _segment(count: int, length: int, dtype: np.dtype, value_size: int, descendi
     """
     if count == 1:
         return length
-    segment = kernels.segment_length(length, kernels.kernels(dtype, value_size, descending).nv)
+    segment = tuning.segment_length(length, build.kernels(dtype, value_size, descending).nv)
     if segment > 2 * length or (value_size and count * segment >= 2**32):
         return None
     return segment
@@ -502,7 +500,7 @@ def _segment(count: int, length: int, dtype: np.dtype, value_size: int, descendi
 def _segmented(keys: cupy.ndarray, segment: int, descending: bool, positions: bool):
     """Every row of ``(R, L)`` kernel keys sorted on its own by one segmented mergesort.
 
-    Rows are padded to ``segment`` keys with :func:`gpusort.kernels.last_key`
+    Rows are padded to ``segment`` keys with :func:`gpusort.cuda.tuning.last_key`
     (NaN, or the integer that sorts last): the stable sort leaves the pads
     after the row's real keys, so each sorted row's first ``L`` keys are the
     row's.  Returns the ``(R, L)`` sorted keys, or with ``positions`` their
@@ -511,10 +509,10 @@ def _segmented(keys: cupy.ndarray, segment: int, descending: bool, positions: bo
     count, length = keys.shape
     if segment > length:
         padded = cupy.empty((count, segment), keys.dtype)
-        padded[:, length:] = kernels.last_key(keys.dtype, descending)  # one strided fill of the pads
+        padded[:, length:] = tuning.last_key(keys.dtype, descending)  # one strided fill of the pads
         padded[:, :length] = keys
         keys = padded  # ours: the sort may use its memory as a ping-pong buffer
-    out, pos = kernels.mergesort(keys.ravel(), descending=descending, positions=positions,
+    out, pos = dispatch.mergesort(keys.ravel(), descending=descending, positions=positions,
                                  overwrite_input=segment > length,
                                  segment=None if count == 1 else segment)
     if positions:
@@ -562,9 +560,9 @@ def _lsd_argsort(okeys: cupy.ndarray, layout: composite.Layout) -> cupy.ndarray:
     tail_bits = layout.bits - composite.WORD * (layout.words - 1)
     tail = composite.Layout((tail_bits,)).dtype
     last = (okeys[:, -1] >> np.uint64(composite.WORD - tail_bits)).astype(tail)
-    _, positions = kernels.mergesort(last, positions=True)
+    _, positions = dispatch.mergesort(last, positions=True)
     for q in range(layout.words - 2, -1, -1):
-        _, positions = kernels.mergesort(okeys[:, q][positions], positions)
+        _, positions = dispatch.mergesort(okeys[:, q][positions], positions)
     return positions
 
 
@@ -612,7 +610,7 @@ def _check_keys(x, name: str, complex_ok: bool = False) -> None:
     """A TypeError naming ``name`` and the fix unless ``x`` is a CuPy array of a key dtype."""
     _check_cupy(x, name)
     dtype = np.dtype(np.uint8) if x.dtype == np.bool_ else x.dtype
-    if dtype not in kernels.KEY_TYPES and not (complex_ok and dtype in _COMPLEX):
+    if dtype not in tuning.KEY_TYPES and not (complex_ok and dtype in _COMPLEX):
         supported = _SUPPORTED.replace(" and", ",") + " and complex64/128" if complex_ok else _SUPPORTED
         raise TypeError(
             f"{name} has dtype {x.dtype}, which gpusort.gpu cannot sort; key dtypes are "
@@ -679,4 +677,4 @@ def _same_dtype(a, b, a_name: str, b_name: str) -> None:
 
 def _bits(values: cupy.ndarray) -> cupy.ndarray:
     """Values as the unsigned integers of their width: the kernels only move them."""
-    return values.view(kernels.VALUE_DTYPES[values.dtype.itemsize])
+    return values.view(tuning.VALUE_DTYPES[values.dtype.itemsize])

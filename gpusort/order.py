@@ -242,29 +242,6 @@ def _check_scheme(scheme: str) -> None:
         raise ValueError(f"scheme={scheme!r} is not an order-key scheme; use one of {SCHEMES}")
 
 
-#: CUDA device functions for schemes ``"exact"`` and ``"tied"`` on a float's
-#: bits ``U`` (unsigned, the float's width): :func:`encode` in registers,
-#: with a :class:`FloatBits`' constants as arguments.  The preamble of fused
-#: CuPy kernels, which compute exactly what the array code here computes in
-#: several passes.  The sort kernels' own form of "exact", both ways, is
-#: kernels/exact_keys.cuh.
-EXACT_PREAMBLE = r"""
-template <class U> __device__ __forceinline__ U gpusort_all_if_top(U x) {
-  return ((x >> (8 * sizeof(U) - 1)) & 1) ? (U)~(U)0 : (U)0;
-}
-template <class U> __device__ __forceinline__ U gpusort_exact_key(U x, U sign, U nans, bool descending) {
-  U t = (U)(x ^ (gpusort_all_if_top(x) | sign));  // negatives flipped, positives' sign set
-  if (descending) t = (U)~t;
-  return (U)(t - nans);  // the NaNs at the bottom rotate to the top
-}
-template <class U> __device__ __forceinline__ U gpusort_tied_key(U x, U sign, U nans, U inf, U nan, bool descending) {
-  const U magnitude = (U)(x & (U)~sign);
-  x = magnitude == 0 ? (U)0 : magnitude > inf ? nan : x;  // one zero, one NaN
-  return gpusort_exact_key(x, sign, nans, descending);
-}
-"""
-
-
 class FloatBits:
     """The bit layout of one float dtype, as unsigned integer constants.
 

@@ -36,7 +36,7 @@ from typing import Any, Sequence
 import dask.array as da
 
 from gpusort import order
-from gpusort.backends import is_cupy, namespace
+from gpusort.backends import get_backend, is_cupy, namespace
 
 #: Candidate sets this small are sorted outright.
 SMALL = 4096
@@ -95,9 +95,7 @@ def _above(okeys: Any, pivot: Any, k: int) -> tuple[int, Any]:
     a boolean index instead.
     """
     if is_cupy(okeys) and k <= ATOMIC_KEYS:
-        from gpusort.backends.cupy import encoded_beyond
-
-        return encoded_beyond([okeys], pivot, False, ATOMIC_KEYS)  # integer order keys are their own
+        return get_backend("cupy").beyond([okeys], pivot, False, ATOMIC_KEYS)  # integer order keys are their own
     mask = okeys > pivot
     return int(mask.sum()), okeys[mask]
 
@@ -150,20 +148,18 @@ def _encoded_beyond(blocks: Sequence[Any], k: int) -> Any:
 
     The first round of :func:`largest` for the whole batch without encoding
     it: one pivot from a sample strided over every block (the sample alone
-    is encoded), then the fused pass (:func:`gpusort.backends.cupy.encoded_beyond`)
+    is encoded), then the fused pass (:meth:`gpusort.backends.cupy.CupyBackend.beyond`)
     over each block into one buffer, which encodes each key in registers,
     compares it with the pivot and keeps the order keys beyond it; the
     count is read once for the batch.  A pivot that leaves fewer than
     ``|k|`` keys beyond it, or more than the pass has room for, returns
     ``None``: the caller then encodes the blocks and selects as on any backend.
     """
-    from gpusort.backends.cupy import encoded_beyond
-
     n = sum(len(b) for b in blocks)
     stride = _stride(n)
     sample = order.encode(namespace(blocks[0]).concatenate([b[::stride] for b in blocks]), False, "exact")
     pivot = _pivot(sample if k > 0 else ~sample, abs(k), n)
-    count, candidates = encoded_beyond(blocks, pivot, k < 0, ATOMIC_KEYS)
+    count, candidates = get_backend("cupy").beyond(blocks, pivot, k < 0, ATOMIC_KEYS)
     return candidates if candidates is not None and count >= abs(k) else None
 
 
@@ -220,8 +216,7 @@ def topk(x: da.Array, k: int, axis: int, split_every: int | None) -> da.Array:
     take several chunks a task: neighbouring blocks along ``axis`` are
     batched up to :func:`gpusort.graph.task_bytes` (as the sort's runs are),
     because each task costs the scheduler more than a GPU takes to select
-    from a GiB of keys (about 2.6 ms against 0.75 ms on an H200,
-    benchmarks/NOTES.md, version 9).  Then ``split_every`` survivors a task
+    from a GiB of keys.  Then ``split_every`` survivors a task
     until one task is left, which ranks them; a single batch is that task.
     """
     from dask.base import tokenize

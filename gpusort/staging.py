@@ -2,13 +2,12 @@
 
 Where the bytes go when the CuPy backend sorts host-resident chunks: every
 key crosses the host link twice each way (chunk up, run down; slices up,
-merged chunk down).  Pinned copies run at the link's speed (55 GB/s each
-way on the H200 machines), pageable ones at 9 GB/s, but *pinning* runs at
-only 2.6-3.1 GB/s: pinning every run and output chunk, as version 2 did,
-cost more than the sort.  So runs and outputs live in ordinary host memory
-and every copy goes through :class:`PinnedSlots`, a few pinned buffers per
-GPU allocated once per process (``dask.config`` ``gpusort.pinned-bytes``,
-default :data:`PINNED_BYTES`):
+merged chunk down).  Pinned copies run at the link's speed, pageable ones
+far below it, but *pinning* memory is slower still: pinning every run and
+output chunk would cost more than the sort.  So runs and outputs live in
+ordinary host memory and every copy goes through :class:`PinnedSlots`, a few
+pinned buffers per GPU allocated once per process (``dask.config``
+``gpusort.pinned-bytes``, default :data:`PINNED_BYTES`):
 
 * a copy is cut in stripes, one per *lane*: a host thread with two slots
   (up to :data:`LANES_PER_COPY` lanes per copy);
@@ -17,9 +16,8 @@ default :data:`PINNED_BYTES`):
   fills one slot while the lane empties the other.
 
 Lanes, not one thread pool per slice: forking and joining threads for every
-slice cost more than the slice's copy (32 MiB slices through 8 threads ran
-at 20-26 GB/s up and 13-15 GB/s into fresh memory on the H200 machine,
-against 48 GB/s for the bare host copy and 55 GB/s for the DMA).
+slice costs more than the slice's copy, leaving it well short of both the
+bare host copy and the DMA.
 
 Each GPU has two streams shared by every thread (:func:`streams`): uploads,
 kernels and every allocation go on ``work``; downloads go on ``down``, so
@@ -61,15 +59,14 @@ RUN_POOL_BYTES = 0
 RUN_POOL_IDLE_SECONDS = 30.0
 #: Bytes per slot.  Small enough that the default pool has two lanes' worth
 #: for each of several copies at once; big enough that a slot's fixed cost
-#: (a few Python calls and a DMA launch, ~20 us) stays under 3% of the
-#: ~1 ms one thread takes to fill it.
+#: (a few Python calls and a DMA launch) stays a small part of the time one
+#: thread takes to fill it.
 SLOT_BYTES = 8 * 2**20
 #: Lanes (host threads, each with two slots) one copy uses at most: half the
-#: cores, so that an upload and a download run at once.  On the H200 machine
-#: (16 cores, one socket) one copy ran at 30 GB/s up and 15 GB/s down into
-#: fresh memory on 8 lanes (37 and 23 on 16), and an upload and a download
-#: at once at about 12 GB/s each whatever the lanes; 16 lanes per copy made
-#: the 2^31 sort slower (6.3-6.5 s against 4.5-4.6 s warm).
+#: cores, so that an upload and a download run at once.  More lanes speed up
+#: a copy that runs alone a little, but an upload and a download at once
+#: are bound by the link whatever the lanes, and a copy that takes every
+#: core makes the whole sort slower.
 LANES_PER_COPY = max(1, min(8, (os.cpu_count() or 2) // 2))
 #: Lanes a copy takes that runs alone (a step that uploads, sorts and
 #: downloads, with no other copy to overlap): one per core, as free lanes allow.

@@ -11,13 +11,12 @@ accidental damage).
 
 It runs at memory speed, on the GPU where the worker has one
 (``device="auto"``): CuPy chunks are checked where they are, NumPy chunks
-stream up through :mod:`gpusort.staging`'s pinned slots in pieces of
-:data:`GPU_PIECE` elements (the host link at ~25-30 GB/s outruns the CPU's
-hash), and one pass of gpusort's own kernel (:func:`gpusort.kernels.scan`,
-one small module a dtype) hashes each piece and checks its order.  On the CPU the chunks go in
-parallel (Dask's threads; NumPy releases the GIL), each in one pass over
-cache-sized slices that hashes and checks the order while the slice is in
-cache.
+stream up through :mod:`gpusort.staging`'s pinned slots in pieces (the host
+link outruns the CPU's hash), and one pass of gpusort's own kernel hashes
+each piece and checks its order (:meth:`gpusort.backends.cupy.CupyBackend.scan`).
+On the CPU the chunks go in parallel (Dask's threads; NumPy releases the
+GIL), each in one pass over cache-sized slices that hashes and checks the
+order while the slice is in cache.
 """
 
 from __future__ import annotations
@@ -29,8 +28,8 @@ from typing import Any
 import dask
 import numpy as np
 
-from gpusort import kernels, order
-from gpusort.backends import is_cupy, to_numpy
+from gpusort import order
+from gpusort.backends import get_backend, is_cupy, to_numpy
 from gpusort.api import check_flag
 from gpusort.zarr_io import as_dask_array, compute
 
@@ -39,11 +38,9 @@ _MOD = 2**64
 #: the hash's two uint64 buffers (3 x 2 MiB) stay in cache across the passes,
 #: large enough that the dozen ufunc calls per slice rarely take the GIL:
 #: threads handing it over every few microseconds run slower than one.
-#: Measured, the sorted side of 2^30 int64 on 16 threads of an H100 host:
-#: 12.5 s at 2^14 elements, 4.1 s at 2^16, 1.17 s at 2^18, 1.75 s at 2^20.
+#: Smaller slices contend for the GIL, larger ones fall out of cache; this
+#: size is the fastest of a sweep (benchmarks/NOTES.md).
 SLICE = 2**18
-#: Elements of a NumPy chunk checked on the GPU at once (256 MiB of int64).
-GPU_PIECE = 2**25
 DEVICES = ("auto", "cpu", "gpu")
 #: SplitMix64's constants: the increment and the finalizer's two multipliers.
 _MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
@@ -200,7 +197,7 @@ def _scan(block: np.ndarray, descending: bool | None) -> tuple[int, int | None]:
     zero-extended to 64, so a change of one bit in one element changes the
     sum in about half its bits and damage cannot cancel out.  The sort
     returns exactly the input's bits, so ``-0.0`` and ``0.0`` hash apart,
-    and so do NaNs of other payloads; :func:`_gpu_scan` gives the same sums.
+    and so do NaNs of other payloads; :meth:`gpusort.backends.cupy.CupyBackend.scan` gives the same sums.
 
     One pass over slices of :data:`SLICE` elements: each is hashed with
     in-place ufuncs into two reused buffers and, unless ``descending`` is
@@ -233,7 +230,7 @@ def _scan(block: np.ndarray, descending: bool | None) -> tuple[int, int | None]:
 def _scan_chunk(block: Any, descending: bool | None, device: str) -> tuple[int, int | None]:
     """:func:`_scan` wherever ``device`` puts ``block``: its GPU, a GPU of this worker, or the CPU."""
     if is_cupy(block):
-        return _gpu_scan(block, descending)
+        return get_backend("cupy").scan(block, descending)
     # CuPy has neither datetimes nor byte-swapped dtypes: those stay on the CPU.
     movable = block.dtype.isnative and block.dtype.kind not in "mM"
     if device == "gpu" and not _gpu_here():
@@ -242,7 +239,7 @@ def _scan_chunk(block: Any, descending: bool | None, device: str) -> tuple[int, 
         raise ValueError(f"device='gpu' checks on a GPU, and this worker has none: {runtime.gpus()[1]}; "
                          "use device='auto' (a GPU where there is one) or device='cpu'")
     if movable and (device == "gpu" or (device == "auto" and _gpu_here())):
-        return _staged_scan(block, descending)
+        return get_backend("cupy").scan(block, descending)
     return _scan(block, descending)
 
 
@@ -251,39 +248,6 @@ def _gpu_here() -> bool:
     from gpusort import runtime
 
     return bool(runtime.gpus()[0])
-
-
-def _gpu_scan(block: Any, descending: bool | None) -> tuple[int, int | None]:
-    """:func:`_scan` of a CuPy chunk, on its GPU: one pass of gpusort's verification kernel."""
-    return kernels.scan(block, len(block), 0 if descending is None else len(block), bool(descending))
-
-
-def _staged_scan(block: np.ndarray, descending: bool | None) -> tuple[int, int | None]:
-    """:func:`_scan` of a NumPy chunk on a GPU of this process, in pieces of :data:`GPU_PIECE`.
-
-    Each piece goes up with the next piece's first element, so the order
-    check sees every adjacent pair once.
-    """
-    import cupy
-
-    from gpusort import staging
-    from gpusort.backends.cupy import thread_device
-
-    block = np.ascontiguousarray(block)
-    n, total, bad = len(block), 0, None
-    with cupy.cuda.Device(thread_device()), staging.streams().work as work:
-        piece = cupy.empty(min(n, GPU_PIECE) + 1, block.dtype)
-        for a in range(0, n, GPU_PIECE):
-            b = min(n, a + GPU_PIECE)
-            m = min(n, b + 1) - a
-            staging.to_device(block[a:a + m], piece[:m])
-            checksum, local = kernels.scan(piece[:m], b - a, 0 if descending is None or bad is not None else m,
-                                           bool(descending))
-            total += checksum
-            if local is not None:
-                bad = a + local
-        work.synchronize()
-    return total % _MOD, bad
 
 
 def _count_and_checksum(block: Any, device: str) -> tuple[int, int]:

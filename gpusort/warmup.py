@@ -7,7 +7,7 @@ compile``).  A worker's first sort would pay that on its critical path.
 :class:`WarmKernels`, a distributed worker plugin, loads the sets that most
 sorts use in a background thread as each worker starts, while the user's
 data is still being loaded; a sort that needs a set still loading waits for
-it rather than loading it again (:func:`gpusort.kernels.kernels`).
+it rather than loading it again (:func:`gpusort.cuda.build.kernels`).
 :func:`gpusort.runtime.cluster` registers it on the GPU clusters it starts;
 on another cluster, ``client.register_plugin(WarmKernels())``.
 

@@ -143,7 +143,7 @@ __device__ __forceinline__ int block_stage(const Out (&x)[VT], int (&bucket)[VT]
   return total;
 }
 
-// What the host reads back of a bucket pass (gpusort/kernels.py,
+// What the host reads back of a bucket pass (gpusort/cuda/buckets.py,
 // bucket_pass), and the ticket that finds kernel_bucket_bases' last CTA.
 struct bucket_summary {
   int tiles;              // tiles of NV keys in all buckets
@@ -187,7 +187,7 @@ __device__ __forceinline__ void block_bucket_tables(const i64* totals, i64 nv, i
     offsets[0] = 0;
     first_tile[0] = 0;
     const int runs = widest > 1 ? widest : 1;
-    const int levels = 32 - __clz(runs - 1);  // ceil(log2(runs)): gpusort.kernels.merge_passes
+    const int levels = 32 - __clz(runs - 1);  // ceil(log2(runs)): gpusort.cuda.tuning.merge_passes
     summary->tiles = tiles_before[NT - 1];
     summary->levels = levels;
     summary->scatter = levels <= max_levels;

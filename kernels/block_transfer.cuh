@@ -80,8 +80,8 @@ __device__ __forceinline__ void load_two_to_shared(const T* a, int a_count, cons
 }
 
 // shared[0, sum(counts)) <- ranges[0][0, counts[0]), then ranges[1] and so
-// on.  Kept apart from load_two_to_shared: the two-way pass lost about
-// 0.3 ms when its load went through one like this (NOTES, four-way build B).
+// on.  Kept apart from load_two_to_shared: the two-way pass runs slower
+// when its load goes through a general one like this.
 template <int NT, int VT, int K, class T>
 __device__ __forceinline__ void load_ranges_to_shared(const T* const (&ranges)[K],
                                                       const int (&counts)[K], T* shared, int tid) {

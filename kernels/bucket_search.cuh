@@ -9,15 +9,14 @@ namespace gpusort {
 // A bucket pass splits the keys into this many buckets, one per thread of
 // its CTA, a byte each.  256 buckets take eight merge levels off a sort of
 // evenly spread keys, and a tile of the scatter still writes each bucket's
-// keys in runs of 12 (8-byte keys) to 24 (NOTES, version 11).
+// keys in runs of 12 (8-byte keys) to 24 on average.
 constexpr int BUCKETS = 256;
 
 // The BUCKETS - 1 splitters (in order) as a search tree in breadth-first
 // (Eytzinger) order, as a bucket pass keeps them in shared memory: node e
 // (1-based) has children 2e and 2e + 1, so the nodes a search step visits
 // lie side by side.  In sorted order the search's later steps read
-// splitters 32 apart, all in one bank (NOTES, version 11).  tree[0] is
-// unused.
+// splitters 32 apart, all in one bank.  tree[0] is unused.
 
 // tree <- splitter i, splitters[i + 1] (kernel_splitters.cuh), at its node;
 // called by threads i = 0 .. BUCKETS - 2.

@@ -3,10 +3,10 @@
 //
 // The kernels compare these floats as sign-magnitude integers (order.cuh),
 // several instructions a compare; an unsigned integer compares in one, so a
-// float sort runs at an integer sort's speed on these keys instead (NOTES,
-// versions 6 and 12).  The map is gpusort/order.py's scheme "exact" (the
-// same formula as its EXACT_PREAMBLE): a bijection, so the last kernel
-// stores the input's own bits; NaNs of either sign go last in both
+// float sort runs at an integer sort's speed on these keys instead.  The
+// map is gpusort/order.py's scheme "exact" (float_keys.cuh's
+// gpusort_exact_key): a bijection, so the last kernel stores the input's
+// own bits, inverting it here; NaNs of either sign go last in both
 // directions.  Unlike the float order it orders -0.0 just before 0.0 (after
 // it when descending) and NaNs by their bits: ties the float order keeps
 // in input order, which kernel_tie_bounds finds for the host to restore.
@@ -16,6 +16,7 @@
 // the float's bits.
 #pragma once
 
+#include "float_keys.cuh"
 #include "order.cuh"
 
 namespace gpusort {
@@ -45,10 +46,7 @@ struct exact_keys {
   template <class Word>
   static __device__ __forceinline__ Word load(const Float* p, i64 i) {
     static_assert(sizeof(Word) == sizeof(Float), "an exact key is as wide as its float");
-    const bits_t x = L::bits(p[i]);
-    bits_t t = x ^ ((x & sign) ? mask : sign);  // negatives flipped, positives' sign set
-    if (Descending) t = ~t;
-    return Word((t - nans) & mask);  // the NaNs at the bottom rotate to the top
+    return gpusort_exact_key<Word>(Word(L::bits(p[i])), Word(sign), Word(nans), Descending);
   }
 
   template <class Word>

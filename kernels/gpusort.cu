@@ -1,4 +1,4 @@
-// gpusort's GPU mergesort: the translation unit gpusort/kernels.py compiles
+// gpusort's GPU mergesort: the translation unit gpusort/cuda/build.py compiles
 // (through NVRTC) and tests/test_kernels_compile.py builds with nvcc.
 //
 // Two phases, after Modern GPU: a CTA blocksort turns the input into sorted
@@ -6,7 +6,7 @@
 // length until one run is left (ping-pong between two buffers, partition
 // then merge in each pass).  A two-way pass doubles it; a four-way pass
 // (keys only) quadruples it, reading and writing every key once as a
-// two-way pass does; gpusort/kernels.py says for which keys it pays.  Merging two sorted arrays is one two-way pass.
+// two-way pass does; gpusort/cuda/tuning.py says for which keys it pays.  Merging two sorted arrays is one two-way pass.
 // Large keys-only sorts start with a bucket pass (a sample sort's
 // partition): keys split into 256 buckets by sampled splitters, each bucket
 // then sorted on its own by the same blocksort and merge passes, which
@@ -17,6 +17,8 @@
 //   types.cuh, order.cuh       key and value types; the order (NaN last)
 //   packed_positions.cuh       keys in and out as they are, or packed with
 //                              their positions (an argsort)
+//   float_keys.cuh             a float's bits as its order key, in registers
+//                              (also the preamble of CuPy's fused kernels)
 //   exact_keys.cuh             float16/float32 keys in and out as their exact
 //                              order keys (unsigned integers)
 //   segments.cuh               where each tile lies: from 0, or in a bucket
@@ -30,8 +32,9 @@
 //                              stage a tile by bucket
 //   merge_pass.cuh             which runs a merge pass pairs (or groups) up
 //   kernel_*.cuh               __global__ entry points, thin
-// verify.cu is a second translation unit, of kernel_verify.cuh alone.
-// Templates: NT, VT (tuning, chosen by gpusort/kernels.py), Key (signed char
+// verify.cu and beyond.cu are translation units of kernel_verify.cuh and
+// kernel_beyond.cuh (top-k's fused pass) alone.
+// Templates: NT, VT (tuning, chosen by gpusort/cuda/tuning.py), Key (signed char
 // .. unsigned long long, gpusort::f16, float, double), Value (no_value or an
 // unsigned integer of the values' width: values are moved, never compared)
 // and Order (gpusort::ascending or gpusort::descending).
@@ -45,3 +48,4 @@
 #include "kernel_splitters.cuh"
 #include "kernel_ties.cuh"
 #include "kernel_verify.cuh"
+#include "kernel_beyond.cuh"

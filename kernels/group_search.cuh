@@ -1,9 +1,9 @@
 // A partition point found by a group of lanes instead of one thread.
 //
 // A binary search waits on one read after another, log2(n) of them; where a
-// kernel has only a few thousand searches to do, the GPU sits idle through
-// that chain (a merge pass's partition of 2^24 keys: 11 us, NOTES, version
-// 13).  A group of LANES lanes tests LANES points a round, which cuts what is
+// kernel has only a few thousand searches to do (a merge pass's partition
+// of a mid-sized sort), the GPU sits idle through that chain.  A group of
+// LANES lanes tests LANES points a round, which cuts what is
 // left LANES + 1 ways: a search of 2^17 positions waits on 6 rounds with 8
 // lanes, 4 with 32, for LANES times the reads of a round.
 #pragma once

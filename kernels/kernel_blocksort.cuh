@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(NT)
   } shared;
   static_assert(sizeof(shared) <= 48 * 1024,
                 "a CTA gets at most 48 KB of static shared memory: lower NT or VT for this key "
-                "and value size (gpusort/kernels.py, TUNING)");
+                "and value size (gpusort/cuda/tuning.py, TUNING)");
 
   const int tid = threadIdx.x;
   const tile_place at = segments{offsets, tile_bucket, first_tile}.place(blockIdx.x, NV, count);

@@ -11,12 +11,12 @@
 // bucket (block_buckets.cuh) so that every bucket is written in runs.
 // Spans go in order and each tile is staged stably, so every bucket keeps
 // its keys in input order: the sort stays stable.  The bytes save the
-// scatter a second search (NOTES, version 11).
+// scatter a second search.
 //
 // The host learns only the summary of the tables (which kernel_bucket_bases'
 // last CTA makes), and learns it while the GPU scatters: every table a later
 // kernel needs is made here, and the scatter reads the decision to scatter
-// itself (NOTES, versions 12 and 13).
+// itself, so the host never waits on the pass.
 #pragma once
 
 #include "block_buckets.cuh"
@@ -29,8 +29,7 @@ namespace gpusort {
 // (c + 1) * span), fall in bucket b; buckets[i] <- the bucket of keys[i].
 // The splitters are kernel_sample_splitters' (bucket_search.cuh).
 // Keys are compared as the Load policy reads them: a float sort compares its
-// exact keys, one instruction where a float compare takes several (NOTES,
-// version 12).
+// exact keys, one instruction where a float compare takes several.
 template <int NT, int VT, class Key, class Order, class Load = as_is>
 __global__ void __launch_bounds__(NT)
     kernel_bucket_count(const typename Load::template input<Key>* keys, i64 count,
@@ -72,7 +71,7 @@ __global__ void __launch_bounds__(NT)
 // c have (an exclusive scan of row b of kernel_bucket_count's counts), and
 // totals[b] <- the bucket's keys.  The last CTA to finish then makes the
 // tables and the summary (block_bucket_tables): a launch fewer, which a sort
-// bound by launching feels (NOTES, version 13).
+// bound by launching feels.
 template <int NT>
 __global__ void __launch_bounds__(NT)
     kernel_bucket_bases(const int* counts, i64 spans, i64* bases, i64* totals, i64 nv,
@@ -116,9 +115,9 @@ __global__ void __launch_bounds__(NT)
 // packed argsort packs its words here), their buckets from
 // kernel_bucket_count; and tile_bucket[t] <- the bucket of tile t of the
 // sort after it (segments.cuh), the tiles spread over the CTAs; nothing where
-// the summary says not to scatter.  Two CTAs an SM: left alone the compiler took up to
-// 147 registers a thread, one CTA of 256; bounded, 117 to 128 and no spills
-// (ptxas, NOTES, version 11).
+// the summary says not to scatter.  Two CTAs an SM: left alone the compiler
+// takes enough registers a thread to fit only one CTA of 256; bounded, it
+// fits two and spills nothing (check with ptxas -v when this kernel changes).
 template <int NT, int VT, class Out, class Load = as_is>
 __global__ void __launch_bounds__(NT, 2)
     kernel_bucket_scatter(const typename Load::template input<Out>* keys,
@@ -130,7 +129,7 @@ __global__ void __launch_bounds__(NT, 2)
   __shared__ bucket_stage<NT, VT, Out> stage;
   static_assert(sizeof(shift) + sizeof(stage) <= 48 * 1024,
                 "a CTA gets at most 48 KB of static shared memory: lower VT for this key size "
-                "(gpusort/kernels.py, BUCKET_VT)");
+                "(gpusort/cuda/tuning.py, BUCKET_VT)");
   if (!summary->scatter) return;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int tiles = first_tile[BUCKETS];

@@ -11,9 +11,9 @@ namespace gpusort {
 // out[tile] <- the tile's slice of its group's merge (see merge_pass.cuh),
 // with splits from kernel_partition_four, written through the Store policy
 // (packed_positions.cuh: the last pass of a packed argsort stores positions).
-// Launch bounds ask for 1024 threads an SM: left to itself the compiler took
-// 80 registers, three CTAs of 256 a SM, and the merge was 7 to 10% slower
-// (8-byte keys, benchmarks/NOTES.md, version 8).
+// Launch bounds ask for 1024 threads an SM: left to itself the compiler
+// takes registers enough to fit only three CTAs of 256 an SM, and the merge
+// runs slower with 8-byte keys.
 template <int NT, int VT, class Key, class Order, class Store = as_is>
 __global__ void __launch_bounds__(NT, 1024 / NT)
     kernel_merge_four(const Key* keys, i64 run_length, i64 count, const i64* splits,
@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
   __shared__ Key shared[NV];
   static_assert(sizeof(shared) <= 48 * 1024,
                 "a CTA gets at most 48 KB of static shared memory: lower NT or VT for this key "
-                "size (gpusort/kernels.py, TUNING)");
+                "size (gpusort/cuda/tuning.py, TUNING)");
 
   const i64 tile = blockIdx.x;
   const tile_place at = segments{offsets, tile_bucket, first_tile}.place(tile, NV, count);

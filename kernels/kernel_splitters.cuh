@@ -6,8 +6,8 @@
 // that does not follow it and every key of a later tile that precedes it:
 // its place in the stable merge of the tiles, which is the stable sort,
 // since the tiles lie in input order.  One thread a key, one search a tile,
-// one launch: merging the tiles took a merge pass a level, two launches
-// each, and the sample's sort was bound by launching (NOTES, version 13).
+// one launch: merging the tiles would take a merge pass a level, two
+// launches each, and leave the sample's sort bound by launching.
 // Every FENCE-th key of the sample is kept in shared memory, so that a
 // search reads one or two cache lines of a tile, not log2(nv) lines one
 // after another.

@@ -9,8 +9,8 @@
 // `a < b` on float32 flush subnormals to zero, while NumPy orders them (and
 // float16 has no compare of its own).  The integer form is exact and treats
 // -0.0 and +0.0 as one number.  -ftz touches only float32, so doubles use
-// the hardware compare: the integer form made float64 sorts 17% slower than
-// int64 ones (benchmarks/NOTES.md).
+// the hardware compare: the integer form would make float64 sorts slower
+// than int64 ones.
 #pragma once
 
 #include "types.cuh"

@@ -6,10 +6,10 @@
 // are distinct, their order is the keys' order with ties in input order
 // (what stability asks), and a keys-only sort moves them faster than a
 // key-value sort moves keys and positions.  Packing as the blocksort loads
-// and unpacking as the last pass stores saves the three elementwise passes
-// the words cost before: make the radix words, pack, unpack (NOTES, version
-// 10).  Positions take the low 32 bits, so a packed argsort holds fewer than
-// 2**32 keys of at most 4 bytes.
+// and unpacking as the last pass stores saves three elementwise passes over
+// the words: make the radix words, pack, unpack.  Positions take the low
+// 32 bits, so a packed argsort holds fewer than 2**32 keys of at most 4
+// bytes.
 //
 // Policies: load<Key>(p, i) gives element i of the input as a Key; store(p,
 // i, key) writes a Key as element i of the output; input<Key> and

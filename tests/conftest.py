@@ -24,10 +24,10 @@ def pytest_sessionstart(session):
         return
     if not runtime.gpus()[0]:
         return
-    from gpusort import kernels
+    from gpusort.cuda import build
 
     start = time.perf_counter()
-    modules = kernels.precompile()
+    modules = build.precompile()
     print(f"\ngpusort: {modules} kernel modules ready in {time.perf_counter() - start:.1f} s")
 
 

@@ -9,7 +9,8 @@ the order of the parts within each class and keeps the NaN classes last, as
 NaN stays last for real keys.  ``lexsort`` is the same with one such key per
 array, the last array primary, as ``np.lexsort``.
 
-Also the test data (:func:`make_keys`) shared by the pipeline tests.
+Also the test data (:func:`make_keys`) shared by the tests, and where the GPU tests
+keep their keys (:func:`on_gpu`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+import pytest
 
 KEY_DTYPES = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -28,15 +30,59 @@ COMPLEX_DTYPES = ["complex64", "complex128"]
 ALL_DTYPES = KEY_DTYPES + COMPLEX_DTYPES
 #: What CuPy holds: no datetime64 or timedelta64.
 CUPY_DTYPES = [d for d in ALL_DTYPES if np.dtype(d).kind not in "mM"]
+#: Where the GPU property tests keep their keys (see :func:`on_gpu`).
+GPU_PLACES = ["host chunks", "cupy chunks"]
 
+
+def on_gpu(where: str, dtype) -> dict | None:
+    """The keyword arguments that make a test's check sort its keys on the GPU, kept ``where``.
+
+    ``"host chunks"``: NumPy chunks, ``backend="cupy"``.  ``"cupy chunks"``:
+    the chunks moved to CuPy (``to_chunks``) and the results back (``to_host``);
+    None where CuPy holds no ``dtype`` (datetimes): nothing to check.  Skips
+    the test where CuPy is missing.
+    """
+    cupy = pytest.importorskip("cupy")
+    if where == "host chunks":
+        return {"backend": "cupy"}
+    if np.dtype(dtype).name not in CUPY_DTYPES:
+        return None
+    return {"to_chunks": lambda a: a.map_blocks(cupy.asarray), "to_host": cupy.asnumpy}
+
+
+#: The patterns the pipeline tests draw; :func:`make_keys` also makes :data:`SPECIAL_PATTERNS`.
 PATTERNS = ["random", "few", "equal", "sorted", "reversed", "extremes", "nan"]
+#: Keys all from :func:`special_pool`: every key one of its values, three of them, or one.
+SPECIAL_PATTERNS = ["special", "few special", "equal special"]
+
+#: NaN bit patterns with payloads and both signs, per float width.
+NANS = {2: [0x7E01, 0xFE02], 4: [0x7FC00001, 0xFFC00002], 8: [0x7FF8000000000001, 0xFFF8000000000002]}
 
 
-def make_keys(rng: np.random.Generator, dtype: str, n: int, pattern: str) -> np.ndarray:
-    """``n`` keys of ``dtype`` in one of :data:`PATTERNS` (ties, runs, NaN and extremes)."""
+def make_keys(rng: np.random.Generator, dtype, shape: int | tuple[int, ...], pattern: str) -> np.ndarray:
+    """Keys of ``dtype`` in ``shape`` (a length: 1-D) in one of :data:`PATTERNS` or :data:`SPECIAL_PATTERNS`.
+
+    * ``"random"``: the dtype's whole range for integers, normal around 0 (x1000)
+      for floats; complex keys take their real parts from a few integers, so
+      that the imaginary part often decides.
+    * ``"few"``, ``"equal"``: three of those values, or one.
+    * ``"sorted"``, ``"reversed"``: sorted along the last axis (each row), or largest first.
+    * ``"extremes"``, ``"nan"``: ``"random"`` with about 30% (``"nan"``: 60%) of the
+      keys special: NaN, ``-0.0``, ``0.0``, ``±inf``, the dtype's extremes, NaT.
+    * ``"special"``: every key one of :func:`special_pool`'s (NaN with payloads
+      and either sign, ``±0.0``, ``±inf``, subnormals, the extremes);
+      ``"few special"``, ``"equal special"``: three of them, or one.
+    """
     dt = np.dtype(dtype)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    n = int(np.prod(shape))
+    if pattern in SPECIAL_PATTERNS:
+        values = special_pool(dt)
+        if pattern != "special":
+            values = values[rng.integers(0, values.size, 3 if pattern == "few special" else 1)]
+        return values[rng.integers(0, values.size, n)].reshape(shape)
     if dt.kind == "c":
-        return _make_complex(rng, dt, n, pattern)
+        return _make_complex(rng, dt, shape, pattern)
     if dt.kind == "b":
         x = rng.integers(0, 2, n).astype(bool)
     elif dt.kind == "f":
@@ -46,7 +92,7 @@ def make_keys(rng: np.random.Generator, dtype: str, n: int, pattern: str) -> np.
     else:
         info = np.iinfo(dt)
         x = rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
-    x = _arranged(rng, x, pattern)
+    x = _arranged(rng, x.reshape(shape), pattern)
     if pattern in ("extremes", "nan") and n:
         if dt.kind == "f":
             special = [np.nan, -0.0, 0.0, np.inf, -np.inf, np.finfo(dt).max, np.finfo(dt).min]
@@ -56,38 +102,59 @@ def make_keys(rng: np.random.Generator, dtype: str, n: int, pattern: str) -> np.
             special = [True, False]
         else:
             special = [np.iinfo(dt).min, np.iinfo(dt).max, 0]
-        hit = rng.random(n) < (0.6 if pattern == "nan" else 0.3)
+        hit = rng.random(shape) < (0.6 if pattern == "nan" else 0.3)
         x[hit] = rng.choice(np.array(special, dtype=dt), int(hit.sum()))
     return x
 
 
+def special_pool(dtype) -> np.ndarray:
+    """Values that sorts get wrong: NaN with payloads and either sign, ±0.0, ±inf, subnormals, extremes."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "c":
+        parts = special_pool(np.dtype(f"f{dtype.itemsize // 2}"))
+        grid = np.empty((parts.size, parts.size), dtype)  # set, not computed: inf * 1j is NaN
+        grid.real, grid.imag = parts[:, None], parts[None, :]
+        return grid.ravel()
+    if dtype.kind == "f":
+        fi = np.finfo(dtype)
+        nans = np.array(NANS[dtype.itemsize], f"u{dtype.itemsize}").view(dtype)
+        values = np.array([np.nan, -np.nan, 0.0, -0.0, np.inf, -np.inf, fi.max, fi.min,
+                           fi.smallest_subnormal, -fi.smallest_subnormal, 1.0, -1.0], dtype)  # fmt: skip
+        return np.concatenate([nans, values])
+    if dtype.kind == "b":
+        return np.array([False, True])
+    if dtype.kind in "mM":  # NaT is int64's minimum
+        return special_pool(np.int64).view(dtype)
+    info = np.iinfo(dtype)
+    return np.array([info.min, info.max, 0, 1, info.min + 1, info.max - 1], dtype)
+
+
 def _arranged(rng: np.random.Generator, x: np.ndarray, pattern: str) -> np.ndarray:
-    """``x`` with the ties or runs of ``pattern``: few distinct, all equal, sorted or reversed."""
-    n = len(x)
-    if pattern == "few" and n:
-        return rng.choice(x[:3], n)
-    if pattern == "equal" and n:
-        return np.full(n, x[0])
-    if pattern == "sorted":
-        return np.sort(x)
-    if pattern == "reversed":
-        return np.sort(x)[::-1].copy()
+    """``x`` with the ties or runs of ``pattern``: few distinct, all equal, sorted or reversed along the last axis."""
+    if pattern == "few" and x.size:
+        return rng.choice(x.ravel()[:3], x.shape)
+    if pattern == "equal" and x.size:
+        return np.full(x.shape, x.flat[0])
+    if pattern == "sorted" and x.ndim:
+        return np.sort(x, axis=-1)
+    if pattern == "reversed" and x.ndim:
+        return np.ascontiguousarray(np.sort(x, axis=-1)[..., ::-1])
     return x
 
 
-def _make_complex(rng: np.random.Generator, dt: np.dtype, n: int, pattern: str) -> np.ndarray:
+def _make_complex(rng: np.random.Generator, dt: np.dtype, shape: tuple[int, ...], pattern: str) -> np.ndarray:
     """Complex keys: real parts from a few integers, so that the imaginary part often decides;
     the special patterns put NaN (either sign), ±0.0, ±inf and extremes in either part or both."""
     part = np.dtype(f"f{dt.itemsize // 2}")
-    x = np.empty(n, dt)
-    x.real = rng.integers(-4, 5, n).astype(part)
-    x.imag = (rng.standard_normal(n) * 1000).astype(part)
+    x = np.empty(shape, dt)
+    x.real = rng.integers(-4, 5, shape).astype(part)
+    x.imag = (rng.standard_normal(shape) * 1000).astype(part)
     x = _arranged(rng, x, pattern)
-    if pattern in ("extremes", "nan") and n:
+    if pattern in ("extremes", "nan") and x.size:
         info = np.finfo(part)
         special = np.array([np.nan, -np.nan, -0.0, 0.0, np.inf, -np.inf, info.max, info.min], part)
         for which in ("real", "imag"):
-            hit = rng.random(n) < (0.5 if pattern == "nan" else 0.25)
+            hit = rng.random(shape) < (0.5 if pattern == "nan" else 0.25)
             getattr(x, which)[hit] = rng.choice(special, int(hit.sum()))
     return x
 
@@ -147,9 +214,14 @@ def _unrows(rows: np.ndarray, shape: tuple, axis: int) -> np.ndarray:
     return np.moveaxis(rows.reshape(moved), -1, axis)
 
 
-def ref_argsort_along(x: np.ndarray, axis: int, descending: bool = False) -> np.ndarray:
-    """:func:`ref_argsort` of every 1-D slice along ``axis``: ``np.argsort(x, axis, kind="stable")``."""
+def ref_argsort_along(x: np.ndarray, axis: int | None, descending: bool = False) -> np.ndarray:
+    """:func:`ref_argsort` of every 1-D slice along ``axis``, or of ``x`` flattened (None).
+
+    ``np.argsort(x, axis, kind="stable")``.
+    """
     x = np.asarray(x)
+    if axis is None:
+        return ref_argsort(x.ravel(), descending)
     rows = _rows(x, axis)
     out = np.empty(rows.shape, np.int64)
     for i, row in enumerate(rows):

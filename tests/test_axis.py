@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import gpusort
 from reference import (
-    ALL_DTYPES, CUPY_DTYPES, KEY_DTYPES, PATTERNS, assert_same_keys_along, make_keys, ref_argsort_along,
+    ALL_DTYPES, GPU_PLACES, KEY_DTYPES, PATTERNS, assert_same_keys_along, make_keys, on_gpu, ref_argsort_along,
 )
 from test_special_values import specials
 
@@ -279,12 +279,10 @@ def test_numpy_input_in_any_layout_is_wrapped_and_left_untouched(layout):
 
 @pytest.mark.gpu
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(nd_cases(), st.sampled_from(["host chunks", "cupy chunks"]), TASK_BYTES)
+@given(nd_cases(), st.sampled_from(GPU_PLACES), TASK_BYTES)
 def test_cupy_backend_along_any_axis_matches_numpy(case, where, task_bytes):
     """The same property on the GPU: host chunks with backend="cupy", and CuPy chunks."""
-    cupy = pytest.importorskip("cupy")
+    kwargs = on_gpu(where, case[0].dtype)
     with dask.config.set({"gpusort.task-bytes": task_bytes}):
-        if where == "host chunks":
-            check_along_axis(*case, backend="cupy")
-        elif case[0].dtype.name in CUPY_DTYPES:
-            check_along_axis(*case, to_chunks=lambda a: a.map_blocks(cupy.asarray), to_host=cupy.asnumpy)
+        if kwargs is not None:
+            check_along_axis(*case, **kwargs)

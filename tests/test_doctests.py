@@ -23,8 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  
 MODULES = [
     "gpusort.api", "gpusort.backends", "gpusort.backends.numpy", "gpusort.budget", "gpusort.cli",
     "gpusort.chunks", "gpusort.composite", "gpusort.corank", "gpusort.dataframe", "gpusort.graph", "gpusort.hostpool",
-    "gpusort.kernels", "gpusort.order", "gpusort.warmup",
-    "gpusort.runtime", "gpusort.sorted_merge", "gpusort.verification", "gpusort.zarr_io", "harness",
+    "gpusort.cuda.build", "gpusort.cuda.tuning", "gpusort.order", "gpusort.warmup",
+    "gpusort.runtime.clusters", "gpusort.runtime.options", "gpusort.runtime.record",
+    "gpusort.sorted_merge", "gpusort.verification", "gpusort.zarr_io", "harness",
 ]
 
 
@@ -51,5 +52,5 @@ def test_a_passing_run_leaves_no_files_behind(tmp_path):
          str(tmp_path / "test_writes.py"), __file__, "-k", "test_writes or runtime or zarr_io"],
         cwd=ROOT, env=os.environ | {"TMPDIR": str(temp), "PYTHONPATH": str(ROOT)},
         capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0 and "5 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
     assert sorted(str(p.relative_to(temp)) for p in temp.rglob("*") if p.is_file()) == []

@@ -15,9 +15,10 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from gpusort import kernels, order  # noqa: E402
+from gpusort import order  # noqa: E402
+from gpusort.cuda import buckets, build, dispatch, tuning  # noqa: E402
 from gpusort.backends.cupy import BACKEND  # noqa: E402
-from reference import ref_argsort  # noqa: E402
+from reference import make_keys, ref_argsort  # noqa: E402
 
 gpu = pytest.importorskip("gpusort.gpu")
 
@@ -31,40 +32,8 @@ PATTERNS = ["random", "equal", "few", "sorted", "reversed", "special"]
 def tile(dtype) -> int:
     """NT * VT of the kernels sorting ``dtype`` on this device: the blocksort tile."""
     arch = int(cupy.cuda.Device().compute_capability)
-    nt, vt = kernels.launch_box(arch, np.dtype(dtype).itemsize)
+    nt, vt = tuning.launch_box(arch, np.dtype(dtype).itemsize)
     return nt * vt
-
-
-def make_keys(dtype, n: int, pattern: str, rng) -> np.ndarray:
-    """Host keys of one adversarial pattern; "special" mixes NaN, +-0.0, inf, subnormals, extremes."""
-    dtype = np.dtype(dtype)
-    if dtype.kind == "b":
-        x = rng.integers(0, 2, n).astype(bool)
-    elif dtype.kind == "f":
-        x = (rng.standard_normal(n) * 1e3).astype(dtype)
-    else:
-        info = np.iinfo(dtype)
-        x = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
-    if pattern == "equal":
-        x[:] = x[0] if n else 0
-    elif pattern == "few":
-        x = rng.choice(x[:3], n) if n else x
-    elif pattern == "sorted":
-        x = np.sort(x)
-    elif pattern == "reversed":
-        x = np.sort(x)[::-1].copy()
-    elif pattern == "special" and n:
-        if dtype.kind == "f":
-            fi = np.finfo(dtype)
-            pool = np.array([np.nan, -np.nan, 0.0, -0.0, np.inf, -np.inf, fi.max, fi.min,
-                             fi.smallest_subnormal, -fi.smallest_subnormal, 1.0], dtype)  # fmt: skip
-        elif dtype.kind == "b":
-            pool = np.array([True, False])
-        else:
-            info = np.iinfo(dtype)
-            pool = np.array([info.min, info.max, 0, 1, info.max - 1, info.min + 1], dtype)
-        x = pool[rng.integers(0, pool.size, n)]
-    return x
 
 
 def bits(x):
@@ -98,7 +67,7 @@ def check_sort_and_argsort(x: np.ndarray, descending: bool):
 def test_sort_argsort_pairs_every_size_and_pattern(dtype, descending, rng):
     for n in sizes(dtype):
         for pattern in PATTERNS:
-            x = make_keys(dtype, n, pattern, rng)
+            x = make_keys(rng, dtype, n, pattern)
             d, perm = check_sort_and_argsort(x, descending)
             values = cupy.arange(n, dtype=np.float32)  # 4-byte values move through the kernels
             k, v = gpu.sort_pairs(d, values, descending=descending)
@@ -111,29 +80,29 @@ def test_sort_argsort_pairs_every_size_and_pattern(dtype, descending, rng):
 @pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 def test_float_exact_sort_keeps_tie_order(dtype, descending, rng, monkeypatch):
-    # Floats sort as exact order keys (kernels.exact_sort), which order -0.0
+    # Floats sort as exact order keys (dispatch.exact_sort), which order -0.0
     # and 0.0 apart and NaNs by their bits; the stable order keeps both kinds
     # of ties in input order.  Every subset of the tied bit patterns, on every
     # plan: one tile (the blocksort loads and stores the floats), two-way
     # passes, and bucket passes (forced) with merge passes and without (the
     # in-place blocksort stores the floats).  kernel_tie_bounds must find
     # the groups and call exactly the mixed ones mixed.
-    monkeypatch.setattr(kernels, "BUCKET_LEVELS_SAVED", 0)
+    monkeypatch.setattr(tuning, "BUCKET_LEVELS_SAVED", 0)
     u = np.dtype(f"u{np.dtype(dtype).itemsize}")
     nan, sign = int(np.array(np.nan, dtype).view(u)), 1 << (8 * u.itemsize - 1)
     inf = int(np.array(np.inf, dtype).view(u))
     tied = np.array([nan, nan | 1, nan | sign, (nan | sign) + 3, 0, sign], u).view(dtype)
-    t, sample = tile(dtype), 4 * kernels.BUCKETS * kernels.BUCKET_SAMPLE
-    enc = kernels.encoding(np.dtype(dtype), descending)
+    t, sample = tile(dtype), 4 * tuning.BUCKETS * tuning.BUCKET_SAMPLE
+    enc = build.encoding(np.dtype(dtype), descending)
     for n, bucketed, share in ((t - 3, False, 0.3), (3 * t + 5, False, 0.3), (300_007, True, 0.3), (sample + 3, True, 0.002)):
-        monkeypatch.setattr(kernels, "BUCKET_MIN_BYTES", 0 if bucketed else 2**40)
+        monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0 if bucketed else 2**40)
         for subset in ([4, 5], [0, 1], [0, 2, 3], [4], [0], [0, 1, 2, 3, 4, 5]):
             x = (rng.standard_normal(n) * 3).astype(dtype)
             hit = rng.random(n) < share
             x[hit] = rng.choice(tied[subset], int(hit.sum()))
             d = cupy.asarray(x)
             if share < 0.01:  # buckets of one tile: no merge pass
-                assert kernels.bucket_pass(enc, d, descending, u).tiles.levels == 0
+                assert buckets.bucket_pass(enc, d, descending, u).tiles.levels == 0
             # kernel_tie_bounds on the keys in exact-key order (order.encode on the host).
             by_exact = x[np.argsort(order.encode(x, descending, "exact"), kind="stable")]
             ties = cupy.empty(5, np.int64)
@@ -155,7 +124,7 @@ def test_float_exact_sort_keeps_tie_order(dtype, descending, rng, monkeypatch):
 def test_large_sort_many_passes(dtype, descending, rng):
     n = 2**20 + 7
     for pattern in ("random", "few"):
-        x = make_keys(dtype, n, pattern, rng)
+        x = make_keys(rng, dtype, n, pattern)
         perm = ref_argsort(x, descending)
         d = cupy.asarray(x)
         assert_same(gpu.argsort(d, descending=descending), perm)
@@ -165,37 +134,37 @@ def test_large_sort_many_passes(dtype, descending, rng):
 @pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
 @pytest.mark.parametrize("dtype", ["int64", "uint64", "float64"])
 def test_four_way_passes_every_group_shape(dtype, descending, rng, monkeypatch):
-    monkeypatch.setattr(kernels, "FOUR_WAY_MIN_KEYS", 0)  # these sorts are small: force them
+    monkeypatch.setattr(tuning, "FOUR_WAY_MIN_KEYS", 0)  # these sorts are small: force them
     # Tiles 2 .. 65 give odd and even numbers of levels (a two-way pass first,
     # or none) and last groups of one to four runs, the last one partial; few
     # distinct keys and special values tie across the four runs, where only a
     # stable partition and merge keep the bits in input order.
-    assert kernels.kernels(np.dtype(dtype), 0, descending).merge_four is not None
+    assert build.kernels(np.dtype(dtype), 0, descending).merge_four is not None
     t = tile(dtype)
     for tiles in (2, 3, 4, 5, 9, 16, 17, 33, 65):
         for n in (tiles * t, (tiles - 1) * t + 5):
             for pattern in ("few", "special", "random"):
-                x = make_keys(dtype, n, pattern, rng)
+                x = make_keys(rng, dtype, n, pattern)
                 assert_same(gpu.sort(cupy.asarray(x), descending=descending), x[ref_argsort(x, descending)])
 
 
 @pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
 @pytest.mark.parametrize("dtype", ["bool", "int8", "uint16", "int32", "float16", "float32"])
 def test_packed_argsort_every_plan(dtype, descending, rng, monkeypatch):
-    # kernels.packed_argsort packs as the blocksort loads and stores positions
+    # dispatch.packed_argsort packs as the blocksort loads and stores positions
     # from whichever kernel runs last: the blocksort (one tile), a two-way
     # pass, or a four-way pass (forced below FOUR_WAY_MIN_KEYS), after an odd
     # level or not, with last groups of one to four runs.  Ties (few distinct,
     # both zeros, NaNs of several bit patterns) must keep input order.
-    monkeypatch.setattr(kernels, "FOUR_WAY_MIN_KEYS", 0)
-    assert kernels.kernels(kernels.WORD, 0, False).merge_four_positions is not None
-    t = kernels.kernels(kernels.WORD, 0, False).nv
+    monkeypatch.setattr(tuning, "FOUR_WAY_MIN_KEYS", 0)
+    assert build.kernels(tuning.WORD, 0, False).merge_four_positions is not None
+    t = build.kernels(tuning.WORD, 0, False).nv
     for n in (1, t, t + 1, 2 * t, 3 * t - 2, 5 * t, 9 * t + 5, 17 * t, 33 * t - 1):
         for pattern in ("few", "special"):
-            x = make_keys(dtype, n, pattern, rng)
+            x = make_keys(rng, dtype, n, pattern)
             d = cupy.asarray(x)
             perm = ref_argsort(x, descending)
-            assert_same(kernels.packed_argsort(d.view(np.uint8) if dtype == "bool" else d,
+            assert_same(dispatch.packed_argsort(d.view(np.uint8) if dtype == "bool" else d,
                                                descending=descending), perm)
             assert_same(gpu.argsort(d, descending=descending), perm)
             assert_same(d, x)  # input untouched
@@ -208,15 +177,15 @@ def test_partition_by_one_lane_and_by_lane_groups(dtype, group_tiles, rng, monke
     # many and with PARTITION_LANES lanes where they are few; force each on
     # sorts (two-way passes, from 0 and bucket by bucket) and merges of
     # adversarial keys, against the reference.
-    monkeypatch.setattr(kernels, "PARTITION_GROUP_TILES", group_tiles)
+    monkeypatch.setattr(tuning, "PARTITION_GROUP_TILES", group_tiles)
     t = tile(dtype)
     for n, bucketed in ((9 * t + 5, False), (300_007, True)):
-        monkeypatch.setattr(kernels, "BUCKET_MIN_BYTES", 0 if bucketed else 2**40)
-        monkeypatch.setattr(kernels, "BUCKET_LEVELS_SAVED", 0)
+        monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0 if bucketed else 2**40)
+        monkeypatch.setattr(tuning, "BUCKET_LEVELS_SAVED", 0)
         for pattern in ("random", "few", "special", "reversed"):
             for descending in (False, True):
-                check_sort_and_argsort(make_keys(dtype, n, pattern, rng), descending)
-    a, b = np.sort(make_keys(dtype, 5 * t + 3, "few", rng)), np.sort(make_keys(dtype, 3 * t, "few", rng))
+                check_sort_and_argsort(make_keys(rng, dtype, n, pattern), descending)
+    a, b = np.sort(make_keys(rng, dtype, 5 * t + 3, "few")), np.sort(make_keys(rng, dtype, 3 * t, "few"))
     both = np.concatenate([a, b])
     assert_same(gpu.merge(cupy.asarray(a), cupy.asarray(b)), both[ref_argsort(both)])
 
@@ -230,17 +199,17 @@ def test_sample_splitters_are_every_step_th_of_the_sorted_sample(dtype, descendi
     # tiles share (equal keys, both zeros, NaNs of several bits).  A float
     # sort's count compares exact keys (order.encode's "exact", on the host):
     # its splitters are every BUCKET_SAMPLE-th of their ascending sort.
-    n, step = kernels.BUCKETS * kernels.BUCKET_SAMPLE, kernels.BUCKET_SAMPLE
-    modules = [kernels.kernels(np.dtype(dtype), 0, descending)]
-    if kernels.packs(dtype):
-        modules.append(kernels.packing(np.dtype(dtype), descending))
+    n, step = tuning.BUCKETS * tuning.BUCKET_SAMPLE, tuning.BUCKET_SAMPLE
+    modules = [build.kernels(np.dtype(dtype), 0, descending)]
+    if tuning.packs(dtype):
+        modules.append(build.packing(np.dtype(dtype), descending))
     for pattern in PATTERNS:
-        x = make_keys(dtype, n, pattern, rng)
+        x = make_keys(rng, dtype, n, pattern)
         for k in modules:
-            assert_same(kernels._splitters(k, cupy.asarray(x), descending), x[ref_argsort(x, descending)][::step])
-        if np.dtype(dtype) in kernels.EXACT_FLOATS:
-            k = kernels.encoding(np.dtype(dtype), descending)
-            assert_same(kernels._splitters(k, cupy.asarray(x), descending),
+            assert_same(buckets._splitters(k, cupy.asarray(x), descending), x[ref_argsort(x, descending)][::step])
+        if np.dtype(dtype) in tuning.EXACT_FLOATS:
+            k = build.encoding(np.dtype(dtype), descending)
+            assert_same(buckets._splitters(k, cupy.asarray(x), descending),
                         np.sort(order.encode(x, descending, "exact"))[::step])
 
 
@@ -248,33 +217,33 @@ def test_sample_splitters_are_every_step_th_of_the_sorted_sample(dtype, descendi
 def test_bucket_scatter_groups_stably(dtype, rng, monkeypatch):
     # The scatter alone against NumPy: a key's bucket is how many splitters
     # are <= it, and each bucket keeps its keys in input order.
-    monkeypatch.setattr(kernels, "BUCKET_MIN_BYTES", 0)
-    monkeypatch.setattr(kernels, "BUCKET_LEVELS_SAVED", 0)  # the heavy bucket saves few levels
-    x = make_keys(dtype, 300_007, "random", rng)
+    monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
+    monkeypatch.setattr(tuning, "BUCKET_LEVELS_SAVED", 0)  # the heavy bucket saves few levels
+    x = make_keys(rng, dtype, 300_007, "random")
     x[rng.random(x.size) < 0.2] = x[0]  # one heavy bucket
     d = cupy.asarray(x)
-    k = kernels.kernels(x.dtype, 0, False)
-    done = kernels.bucket_pass(k, d, False, x.dtype)
+    k = build.kernels(x.dtype, 0, False)
+    done = buckets.bucket_pass(k, d, False, x.dtype)
     assert done is not None
-    buckets = np.searchsorted(cupy.asnumpy(done.splitters), x, side="right")
-    assert_same(done.keys, x[np.argsort(buckets, kind="stable")])
-    sizes = np.bincount(buckets, minlength=kernels.BUCKETS)
+    bucket_of = np.searchsorted(cupy.asnumpy(done.splitters), x, side="right")
+    assert_same(done.keys, x[np.argsort(bucket_of, kind="stable")])
+    sizes = np.bincount(bucket_of, minlength=tuning.BUCKETS)
     assert_same(done.tiles.offsets, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
     # The tile tables and the levels the kernels worked out, against the host's own.
     tiles = -(-sizes // k.nv)
     assert_same(done.tiles.first_tile, np.concatenate([[0], np.cumsum(tiles)]).astype(np.int32))
     assert done.tiles.count == tiles.sum()
-    assert_same(done.tiles.tile_bucket[:done.tiles.count], np.repeat(np.arange(kernels.BUCKETS), tiles).astype(np.int32))
-    assert done.tiles.levels == kernels.merge_passes(int(sizes.max()), k.nv)
+    assert_same(done.tiles.tile_bucket[:done.tiles.count], np.repeat(np.arange(tuning.BUCKETS), tiles).astype(np.int32))
+    assert done.tiles.levels == tuning.merge_passes(int(sizes.max()), k.nv)
 
 
 def test_bucket_pass_declines_where_it_saves_too_few_levels(rng, monkeypatch):
     # Keys of three values fill three buckets: the scatter would save no
     # level, so the kernels skip it and the sort goes on without buckets.
-    monkeypatch.setattr(kernels, "BUCKET_MIN_BYTES", 0)
+    monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
     x = rng.integers(0, 3, 300_007).astype(np.int32)
     d = cupy.asarray(x)
-    assert kernels.bucket_pass(kernels.kernels(x.dtype, 0, False), d, False, x.dtype) is None
+    assert buckets.bucket_pass(build.kernels(x.dtype, 0, False), d, False, x.dtype) is None
     check_sort_and_argsort(x, False)
 
 
@@ -286,12 +255,12 @@ def test_bucket_pass_every_dtype_and_pattern(dtype, descending, rng, monkeypatch
     # tile (no merge pass at all), empty buckets, one bucket of every key,
     # and buckets of many tiles merged two and four ways, the last pair or
     # group of each bucket cut short by its end.  Ties keep input order.
-    monkeypatch.setattr(kernels, "BUCKET_MIN_BYTES", 0)
-    monkeypatch.setattr(kernels, "BUCKET_LEVELS_SAVED", 0)
-    monkeypatch.setattr(kernels, "FOUR_WAY_MIN_KEYS", 0)
-    for n in (4 * kernels.BUCKETS * kernels.BUCKET_SAMPLE + 3, 300_007):
+    monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
+    monkeypatch.setattr(tuning, "BUCKET_LEVELS_SAVED", 0)
+    monkeypatch.setattr(tuning, "FOUR_WAY_MIN_KEYS", 0)
+    for n in (4 * tuning.BUCKETS * tuning.BUCKET_SAMPLE + 3, 300_007):
         for pattern in PATTERNS:
-            x = make_keys(dtype, n, pattern, rng)
+            x = make_keys(rng, dtype, n, pattern)
             d, _ = check_sort_and_argsort(x, descending)
             assert_same(d, x)  # input untouched
 
@@ -301,13 +270,13 @@ def test_bucket_pass_large(dtype, rng, monkeypatch):
     # Buckets of evenly spread keys several tiles long, as the sort decides
     # by itself (the scatter saves levels here) once the size threshold lets
     # it try, against NumPy's stable sort.
-    monkeypatch.setattr(kernels, "BUCKET_MIN_BYTES", 2**22)
+    monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 2**22)
     n = 2**22 + 2**20 + 5
     for pattern in ("random", "special"):
-        x = make_keys(dtype, n, pattern, rng)
+        x = make_keys(rng, dtype, n, pattern)
         d = cupy.asarray(x)
-        k = kernels.kernels(x.dtype, 0, False)
-        assert pattern != "random" or kernels.bucket_pass(k, d, False, x.dtype) is not None
+        k = build.kernels(x.dtype, 0, False)
+        assert pattern != "random" or buckets.bucket_pass(k, d, False, x.dtype) is not None
         perm = np.argsort(x, kind="stable")
         assert_same(gpu.sort(d), x[perm])
         assert_same(gpu.argsort(d), perm)
@@ -319,7 +288,7 @@ def test_packed_argsort_refuses_too_many_keys():
         dtype = np.dtype(np.int32)
 
     with pytest.raises(ValueError, match="32 bits"):
-        kernels.packed_argsort(Huge())
+        dispatch.packed_argsort(Huge())
 
 
 def test_descending_is_numpy_reversed_without_nan(rng):
@@ -341,7 +310,7 @@ def test_sort_2_27_int32(rng):
 @pytest.mark.parametrize("key_dtype", ["int32", "float64"])
 def test_sort_pairs_every_value_width(key_dtype, value_dtype, rng):
     n = 3 * tile(key_dtype) + 11
-    x = make_keys(key_dtype, n, "few", rng)  # many ties: stability shows
+    x = make_keys(rng, key_dtype, n, "few")  # many ties: stability shows
     values = np.arange(n).astype(value_dtype)
     if value_dtype == "complex128":  # 16 bytes: sorted through positions, then gathered
         values += 1j * (np.arange(n) % 5)
@@ -353,7 +322,7 @@ def test_sort_pairs_every_value_width(key_dtype, value_dtype, rng):
 
 
 def sorted_run(dtype, n, rng, descending, pattern="random"):
-    x = make_keys(dtype, n, pattern, rng)
+    x = make_keys(rng, dtype, n, pattern)
     return x[ref_argsort(x, descending)]
 
 
@@ -398,7 +367,7 @@ def test_merge_runs(dtype, descending, rng):
 def test_merge_runs_edge_cases(rng):
     empty = cupy.empty(0, np.int16)
     assert gpu.merge_runs([empty, empty]).size == 0
-    one = cupy.asarray(np.sort(make_keys("int16", 1000, "random", rng)))
+    one = cupy.asarray(np.sort(make_keys(rng, "int16", 1000, "random")))
     before = cupy.asnumpy(one)
     out = gpu.merge_runs([empty, one])
     assert_same(out, before)
@@ -408,7 +377,7 @@ def test_merge_runs_edge_cases(rng):
 
 def test_backend_numpy_and_cupy_in_and_out(rng):
     assert BACKEND.name == "cupy"
-    x = make_keys("float64", 50_001, "special", rng)
+    x = make_keys(rng, "float64", 50_001, "special")
     okeys = order.encode(x, False)
     perm = ref_argsort(x, False)
     for wrap in (np.asarray, cupy.asarray):
@@ -469,13 +438,13 @@ def test_errors_name_the_argument_and_the_fix(call, error, words):
 @pytest.mark.parametrize("values", [False, True], ids=["keys", "pairs"])
 def test_mergesort_overwriting_its_input(tiles, values, rng):
     """The out-of-core steps sort staged data in place of a third buffer: same result, two buffers."""
-    x = make_keys("uint64", tiles * tile("uint64") - 7, "few", rng)
+    x = make_keys(rng, "uint64", tiles * tile("uint64") - 7, "few")
     perm = ref_argsort(x)
     keys = cupy.asarray(x)
     vals = cupy.arange(x.size, dtype=np.int64) if values else None
     pool = cupy.cuda.MemoryPool()
     with cupy.cuda.using_allocator(pool.malloc):
-        k, v = kernels.mergesort(keys, vals, overwrite_input=True)
+        k, v = dispatch.mergesort(keys, vals, overwrite_input=True)
     assert_same(k, x[perm])
     if values:
         assert_same(v, perm.astype(np.int64))
@@ -495,7 +464,7 @@ def test_merge_tree_over_its_own_concatenation(lengths, rng):
     views = [(keys[a:b], values[a:b]) for a, b in zip(starts[:-1], starts[1:])]
     pool = cupy.cuda.MemoryPool()
     with cupy.cuda.using_allocator(pool.malloc):
-        k, v = kernels.merge_tree(views, scratch=(keys, values))
+        k, v = dispatch.merge_tree(views, scratch=(keys, values))
     assert pool.total_bytes() <= keys.nbytes + values.nbytes + 2**16 * len(lengths)
     assert_same(k, both[perm])
     assert_same(v, perm.astype(np.int64))

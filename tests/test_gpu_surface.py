@@ -12,7 +12,7 @@ Each GPU test names few kernel instantiations (each is an NVRTC compile):
 short rows take the composite-key path, which sorts unsigned integers
 ascending whatever the key dtype and direction, and the segmented path
 (long rows) is tested on float32 both ways, int16 descending and float64.
-The tile sizes come from :func:`gpusort.kernels.launch_box` of the device.
+The tile sizes come from :func:`gpusort.cuda.tuning.launch_box` of the device.
 """
 
 from __future__ import annotations
@@ -21,12 +21,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpusort import composite, kernels, order
-from reference import CUPY_DTYPES, assert_same_keys, ref_argsort, ref_lexsort
-
-
-#: NaN bit patterns with payloads and both signs, per float width.
-NANS = {2: [0x7E01, 0xFE02], 4: [0x7FC00001, 0xFFC00002], 8: [0x7FF8000000000001, 0xFFF8000000000002]}
+from gpusort import composite, order
+from gpusort.cuda import tuning
+from reference import (
+    CUPY_DTYPES, assert_same_keys, make_keys, ref_argsort, ref_argsort_along, ref_lexsort, special_pool,
+)
 
 
 @pytest.fixture
@@ -38,61 +37,8 @@ def cp():
 
 def tile(cupy, dtype) -> int:
     arch = int(cupy.cuda.Device().compute_capability)
-    nt, vt = kernels.launch_box(arch, np.dtype(dtype).itemsize)
+    nt, vt = tuning.launch_box(arch, np.dtype(dtype).itemsize)
     return nt * vt
-
-
-def special_pool(dtype) -> np.ndarray:
-    """Values that sorts get wrong: NaN with payloads and sign, +-0.0, +-inf, the dtype's extremes."""
-    dtype = np.dtype(dtype)
-    if dtype.kind == "c":
-        parts = special_pool(np.dtype(f"f{dtype.itemsize // 2}"))
-        grid = np.empty((parts.size, parts.size), dtype)  # set, not computed: inf * 1j is NaN
-        grid.real, grid.imag = parts[:, None], parts[None, :]
-        return grid.ravel()
-    if dtype.kind == "f":
-        fi = np.finfo(dtype)
-        nans = np.array(NANS[dtype.itemsize], f"u{dtype.itemsize}").view(dtype)
-        values = np.array([0.0, -0.0, np.inf, -np.inf, fi.max, fi.min, fi.smallest_subnormal, 1.0, -1.0], dtype)
-        return np.concatenate([nans, values])
-    if dtype.kind == "b":
-        return np.array([False, True])
-    info = np.iinfo(dtype)
-    return np.array([info.min, info.max, 0, 1, info.min + 1, info.max - 1], dtype)
-
-
-def make_keys(dtype, shape, pattern: str, rng) -> np.ndarray:
-    """Host keys of ``shape``; patterns: random, special, few, equal, sorted, reversed (the last two per row)."""
-    dtype = np.dtype(dtype)
-    n = int(np.prod(shape))
-    pool = special_pool(dtype)
-    if pattern == "special":
-        x = pool[rng.integers(0, pool.size, n)]
-    elif pattern in ("few", "equal"):
-        x = pool[rng.integers(0, pool.size, 3 if pattern == "few" else 1)][rng.integers(0, 3 if pattern == "few" else 1, n)]
-    elif dtype.kind in "fc":
-        x = (rng.standard_normal(n) * 1e3).astype(dtype)
-        if dtype.kind == "c":
-            x += (1j * rng.integers(-2, 3, n)).astype(dtype)  # ties on the real part
-    elif dtype.kind == "b":
-        x = rng.integers(0, 2, n).astype(bool)
-    else:
-        info = np.iinfo(dtype)
-        x = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
-    x = x.reshape(shape)
-    if pattern in ("sorted", "reversed") and x.ndim:
-        x = np.sort(x, axis=-1)
-        x = np.ascontiguousarray(x[..., ::-1]) if pattern == "reversed" else x
-    return x
-
-
-def ref_argsort_along(x: np.ndarray, axis, descending: bool) -> np.ndarray:
-    """:func:`reference.ref_argsort` of every 1-D slice of ``x`` along ``axis``."""
-    if x.size == 0:
-        return np.argsort(x, axis, kind="stable")
-    if axis is None:
-        return ref_argsort(x.ravel(), descending)
-    return np.apply_along_axis(lambda row: ref_argsort(row, descending), axis, x)
 
 
 def check_sort_argsort(cupy, gpu, x: np.ndarray, axis=-1, descending=False, d=None) -> None:
@@ -117,7 +63,7 @@ def check_sort_argsort(cupy, gpu, x: np.ndarray, axis=-1, descending=False, d=No
 @pytest.mark.parametrize("nv", [8704, 5888, 4352, 1408])
 def test_segment_length_is_the_smallest_tile_power_of_two(nv):
     for length in [1, 2, nv // 2, nv - 1, nv, nv + 1, 2 * nv, 2 * nv + 1, 5 * nv, 16384, 70000, 2**20 + 3]:
-        s = kernels.segment_length(length, nv)
+        s = tuning.segment_length(length, nv)
         m = (s // nv).bit_length() - 1
         assert s == nv << m and s >= length, (length, s)
         assert m == 0 or s // 2 < length  # nothing shorter holds the row
@@ -128,7 +74,7 @@ def test_segment_length_is_the_smallest_tile_power_of_two(nv):
 @pytest.mark.parametrize("descending", [False, True])
 @pytest.mark.parametrize("dtype", ["uint8", "int16", "int64", "uint64", "float16", "float32", "float64"])
 def test_last_key_sorts_after_every_key(dtype, descending):
-    pad = kernels.last_key(dtype, descending)
+    pad = tuning.last_key(dtype, descending)
     assert pad.dtype == np.dtype(dtype)
     keys = np.append(special_pool(dtype), pad)  # with NaN, or the extreme the pad equals
     assert ref_argsort(keys, descending)[-1] == keys.size - 1  # stable: a pad after the keys stays last
@@ -139,7 +85,7 @@ def test_last_key_sorts_after_every_key(dtype, descending):
                                    "datetime64[s]", "timedelta64[ns]"])  # fmt: skip
 def test_key_columns_are_unsigned_and_decode_back(dtype, descending, rng):
     """Columns packed after a row number order as (row, key), and decode_column inverts key_columns."""
-    x = make_keys("int64" if np.dtype(dtype).kind in "mM" else dtype, (3, 50), "special", rng).astype(dtype)
+    x = make_keys(rng, dtype, (3, 50), "special")
     rows = np.repeat(np.arange(3), 50)
     for scheme in ("tied", "exact"):
         columns, widths = order.key_columns(x.ravel(), descending, scheme)
@@ -154,9 +100,9 @@ def test_key_columns_are_unsigned_and_decode_back(dtype, descending, rng):
 
 
 def test_reference_orders_complex_as_numpy(rng):
-    x = make_keys("complex128", (4000,), "special", rng)
+    x = make_keys(rng, "complex128", (4000,), "special")
     np.testing.assert_array_equal(ref_argsort(x), np.argsort(x, kind="stable"))
-    keys = [make_keys(t, (500,), "few", rng) for t in ("int8", "float64", "complex64")]
+    keys = [make_keys(rng, t, (500,), "few special") for t in ("int8", "float64", "complex64")]
     np.testing.assert_array_equal(ref_lexsort(keys), np.lexsort(keys))
 
 
@@ -169,8 +115,8 @@ def test_reference_orders_complex_as_numpy(rng):
 def test_every_dtype_short_rows(cp, dtype, descending, rng):
     """(37, 1000): rows below half a tile, so composite keys (one word, or LSD past 64 bits)."""
     cupy, gpu = cp
-    for pattern in ("special", "few", "sorted"):
-        check_sort_argsort(cupy, gpu, make_keys(dtype, (37, 1000), pattern, rng), -1, descending)
+    for pattern in ("special", "few special", "sorted"):
+        check_sort_argsort(cupy, gpu, make_keys(rng, dtype, (37, 1000), pattern), -1, descending)
 
 
 @pytest.mark.gpu
@@ -181,17 +127,17 @@ def test_argsort_packs_positions_under_narrow_keys(cp, descending, rng):
     cases = [("int32", (2**20 + 3,)), ("float32", (3, 70001)), ("uint8", (5000, 40)), ("float16", (2, 2**17)),
              ("bool", (7, 9000))]
     for dtype, shape in cases:
-        for pattern in ("few", "special", "sorted"):
-            x = make_keys(dtype, shape, pattern, rng)
+        for pattern in ("few special", "special", "sorted"):
+            x = make_keys(rng, dtype, shape, pattern)
             rows = cupy.asarray(x.reshape(-1, shape[-1]))
             assert gpu._packed_positions([rows], descending) is not None, (dtype, shape)
             check_sort_argsort(cupy, gpu, x, -1, descending)
-    wide = cupy.asarray(make_keys("int64", (3, 5000), "few", rng))
+    wide = cupy.asarray(make_keys(rng, "int64", (3, 5000), "few special"))
     assert gpu._packed_positions([wide], descending) is None
     check_sort_argsort(cupy, gpu, cupy.asnumpy(wide), -1, descending)
     # Rows of 16384 float32: packed, 8-byte words on the smaller tile take two
     # passes where the key-value sort takes one, so the key-value sort runs.
-    long_rows = make_keys("float32", (2, 16384), "special", rng)
+    long_rows = make_keys(rng, "float32", (2, 16384), "special")
     assert gpu._packed_positions([cupy.asarray(long_rows)], descending) is None
     check_sort_argsort(cupy, gpu, long_rows, -1, descending)
 
@@ -208,8 +154,8 @@ def test_long_rows_segmented(cp, dtype, descending, rng):
     for shape in shapes:
         segment = gpu._segment(shape[0], shape[1], np.dtype(dtype), 0, descending)
         assert segment is not None and segment < 2 * shape[1] + 1, (shape, segment)  # the path under test
-        for pattern in ("random", "special", "equal", "reversed"):
-            check_sort_argsort(cupy, gpu, make_keys(dtype, shape, pattern, rng), -1, descending)
+        for pattern in ("random", "special", "equal special", "reversed"):
+            check_sort_argsort(cupy, gpu, make_keys(rng, dtype, shape, pattern), -1, descending)
     # Just under half a tile, padding would more than double the rows: composite keys instead.
     assert gpu._segment(5, nv // 2 - 1, np.dtype(dtype), 0, descending) is None
 
@@ -219,13 +165,13 @@ def test_long_rows_segmented(cp, dtype, descending, rng):
 def test_shapes_and_every_axis(cp, dtype, rng):
     cupy, gpu = cp
     for shape in [(0,), (0, 5), (5, 0), (1, 1), (3, 1), (2, 3, 4)]:
-        x = make_keys(dtype, shape, "special", rng)
+        x = make_keys(rng, dtype, shape, "special")
         for axis in [None, *range(-len(shape), len(shape))]:
             check_sort_argsort(cupy, gpu, x, axis)
             got = gpu.sort(cupy.asarray(x), axis)
             assert got.shape == np.sort(x, axis).shape and got.dtype == x.dtype
     for descending in (False, True):
-        check_sort_argsort(cupy, gpu, make_keys(dtype, (2, 3, 4), "few", rng), 0, descending)
+        check_sort_argsort(cupy, gpu, make_keys(rng, dtype, (2, 3, 4), "few special"), 0, descending)
 
 
 @pytest.mark.gpu
@@ -249,7 +195,7 @@ def test_zero_dimensional_as_numpy(cp):
 @pytest.mark.parametrize("dtype", ["float32", "complex128"])
 def test_fortran_order_and_strided_inputs(cp, dtype, rng):
     cupy, gpu = cp
-    x = make_keys(dtype, (37, 1000), "special", rng)
+    x = make_keys(rng, dtype, (37, 1000), "special")
     d = cupy.asarray(x)
     # cupy.asfortranarray rewrites NaN payloads (0x7fc00001 became 0x7fffffff on the H200):
     # the expected result comes from the bits the Fortran-ordered array really holds.
@@ -264,7 +210,7 @@ def test_fortran_order_and_strided_inputs(cp, dtype, rng):
 @pytest.mark.gpu
 def test_kind_and_stable_accepted_bad_ones_refused(cp, rng):
     cupy, gpu = cp
-    x = make_keys("float32", (3, 50), "few", rng)
+    x = make_keys(rng, "float32", (3, 50), "few special")
     d = cupy.asarray(x)
     perm = np.argsort(x, kind="stable")
     for kwargs in [{"kind": k} for k in (None, "quicksort", "mergesort", "heapsort", "stable")] + [
@@ -291,14 +237,14 @@ def test_lexsort(cp, descending, rng):
         ["bool", "uint16", "float16"],            # 33 bits (40 descending): one 64-bit key
     ]  # fmt: skip
     for dtypes in cases:
-        keys = [make_keys(t, (n,), "few" if i else "special", rng) for i, t in enumerate(dtypes)]
+        keys = [make_keys(rng, t, (n,), "few special" if i else "special") for i, t in enumerate(dtypes)]
         got = cupy.asnumpy(gpu.lexsort([cupy.asarray(k) for k in keys], descending=descending))
         assert got.dtype == np.int64
         np.testing.assert_array_equal(got, ref_lexsort(keys, descending))
         if not descending:
             np.testing.assert_array_equal(got, np.lexsort(keys))
     # A 2-D keys array: its first axis indexes the keys; rows of the keys along either axis.
-    keys = np.stack([make_keys("int16", (3, 500), "few", rng) for _ in range(2)])
+    keys = np.stack([make_keys(rng, "int16", (3, 500), "few special") for _ in range(2)])
     wants = {-1: np.stack([ref_lexsort(list(keys[:, i]), descending) for i in range(3)]),
              0: np.stack([ref_lexsort(list(keys[:, :, j]), descending) for j in range(500)], axis=1)}
     for axis, want in wants.items():

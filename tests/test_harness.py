@@ -14,7 +14,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))  # as `python benchmarks/bench_X.py` has it
 
 import harness
-from harness import Case, make_keys, parse_args
+from harness import Case, keys_between, parse_args
 
 from gpusort.graph import PHASES
 
@@ -125,7 +125,7 @@ def test_summarize_ratio_and_table():
 def test_keys_any_chunk_alone(distribution, dtype):
     whole = harness.dask_keys(1000, 300, dtype, distribution, seed=1).compute()
     assert whole.dtype == np.dtype(dtype) and whole.shape == (1000,)
-    np.testing.assert_array_equal(whole[300:600], make_keys(300, 600, 1000, dtype, distribution, seed=1))
+    np.testing.assert_array_equal(whole[300:600], keys_between(300, 600, 1000, dtype, distribution, seed=1))
     if distribution == "equal":
         assert (whole == whole[0]).all()
     if distribution == "one99":
@@ -133,7 +133,7 @@ def test_keys_any_chunk_alone(distribution, dtype):
     if distribution in ("sorted", "reverse") and dtype in ("int64", "float32"):
         np.testing.assert_array_equal(whole, np.sort(whole) if distribution == "sorted" else np.sort(whole)[::-1])
     with pytest.raises(ValueError, match="distribution='nope' is not known"):
-        make_keys(0, 1, 1, dtype, "nope", 0)
+        keys_between(0, 1, 1, dtype, "nope", 0)
 
 
 @pytest.mark.parametrize("bench", ["bench_e2e.py", "bench_skew.py", "bench_splitters.py", "plot.py"])

@@ -16,7 +16,7 @@ from distributed import Client, LocalCluster
 from hypothesis import given, settings, strategies as st
 
 import gpusort
-from reference import ALL_DTYPES, CUPY_DTYPES, PATTERNS, assert_same_keys, make_keys, ref_argsort
+from reference import ALL_DTYPES, CUPY_DTYPES, GPU_PLACES, PATTERNS, assert_same_keys, make_keys, on_gpu, ref_argsort
 
 
 def stable_order(x: np.ndarray, descending: bool) -> np.ndarray:
@@ -81,14 +81,10 @@ def test_merge_is_the_stable_sort_of_the_concatenation(case):
 
 @pytest.mark.gpu
 @settings(max_examples=40, deadline=None)
-@given(cases(CUPY_DTYPES), st.sampled_from(["host chunks", "cupy chunks"]))
+@given(cases(CUPY_DTYPES), st.sampled_from(GPU_PLACES))
 def test_merge_on_the_gpu(case, where):
     """CuPy chunks merge on the GPU; NumPy chunks with backend="cupy" merge there and come back."""
-    cupy = pytest.importorskip("cupy")
-    if where == "host chunks":
-        check_merge(case, backend="cupy")
-    else:
-        check_merge(case, to_chunks=lambda x: x.map_blocks(cupy.asarray), to_host=cupy.asnumpy)
+    check_merge(case, **on_gpu(where, case[0].dtype))  # CUPY_DTYPES only: never None
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", ">f8"])

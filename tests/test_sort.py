@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 import gpusort
 from gpusort import graph
-from reference import CUPY_DTYPES, KEY_DTYPES, PATTERNS, assert_same_keys, make_keys, ref_argsort
+from reference import GPU_PLACES, KEY_DTYPES, PATTERNS, assert_same_keys, make_keys, on_gpu, ref_argsort
 
 
 @st.composite
@@ -40,14 +40,12 @@ def test_sort_argsort_sort_by_key_match_numpy(case):
 
 @pytest.mark.gpu
 @settings(max_examples=60, deadline=None)
-@given(cases(), st.sampled_from(["host chunks", "cupy chunks"]))
+@given(cases(), st.sampled_from(GPU_PLACES))
 def test_cupy_backend_matches_numpy(case, where):
     """The same property on the GPU: host chunks sorted out of core, and CuPy chunks."""
-    cupy = pytest.importorskip("cupy")
-    if where == "host chunks":
-        check_against_numpy(case, backend="cupy")
-    elif case[0].dtype.name in CUPY_DTYPES:
-        check_against_numpy(case, to_chunks=lambda a: a.map_blocks(cupy.asarray), to_host=cupy.asnumpy)
+    kwargs = on_gpu(where, case[0].dtype)
+    if kwargs is not None:
+        check_against_numpy(case, **kwargs)
 
 
 @pytest.mark.gpu

@@ -105,7 +105,9 @@ def test_device_is_checked():
 @pytest.mark.gpu
 def test_host_chunks_checked_on_the_gpu_in_pieces(monkeypatch):
     """NumPy chunks go up in pieces: the checksums and the pairs across pieces as on the CPU."""
-    monkeypatch.setattr(verification, "GPU_PIECE", 1000)
+    from gpusort.backends import cupy as gpu_backend
+
+    monkeypatch.setattr(gpu_backend, "SCAN_PIECE", 1000)
     checksums_match_the_oracle("gpu")
     for where in (0, 998, 999, 1000, 2003, 2998):
         unsorted_found_at(where, "gpu")

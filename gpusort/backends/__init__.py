@@ -65,6 +65,12 @@ class Backend(Protocol):
         it, so only sorted keys pay the full pass.
         """
 
+    def sort_rows(self, okeys: Any) -> Any:
+        """Order keys of any shape sorted along their last axis, each row on its own (N-D sorts)."""
+
+    def lexsort_rows(self, columns: Sequence[Any]) -> Any:
+        """int64 positions that sort every row of ``columns`` stably, the last column primary (``np.lexsort``'s order)."""
+
 
 @dataclass(frozen=True)
 class BackendSpec:
@@ -195,7 +201,7 @@ def every(x: Any, step: int, start: int = 0) -> Any:
     """``x[start::step]`` (NumPy or CuPy, 1-D or rows) as a contiguous host array.
 
     Samples for splitters: a GPU array's are gathered by the copy engine
-    (:func:`gpusort.kernels.every`), not by the copy kernel CuPy would
+    (:func:`gpusort.cuda.launch.every`), not by the copy kernel CuPy would
     compile for a strided view on its first use in a process.
 
     Examples
@@ -210,10 +216,10 @@ def every(x: Any, step: int, start: int = 0) -> Any:
         return numpy.ascontiguousarray(x[start::step])
     import cupy
 
-    from gpusort import kernels
+    from gpusort.cuda import launch
 
     out = numpy.empty((max(0, -(-(x.shape[0] - start) // step)),) + x.shape[1:], x.dtype)
     with x.device:  # the copy queued after the kernels that wrote x, on their device
-        kernels.every(x, step, start, out=out)
+        launch.every(x, step, start, out=out)
         cupy.cuda.get_current_stream().synchronize()
     return out

@@ -30,9 +30,9 @@ import numpy as np
 
 import gpusort.gpu as gpu
 from gpusort import budget as plan
-from gpusort import kernels, order
-from gpusort import staging
+from gpusort import order, staging
 from gpusort.backends import MOVABLE_VALUE_BYTES, SORTED_SAMPLE, Pair, concatenate, every, in_order
+from gpusort.cuda import build, dispatch, launch, tuning
 
 #: Share of the free GPU memory the out-of-core path uses when no budget is given.
 DEFAULT_FRACTION = 0.5
@@ -119,6 +119,9 @@ class CupyBackend:
 
     ``gpu_memory_budget`` (bytes, per worker process and device) bounds the
     out-of-core path; ``None``: :data:`DEFAULT_FRACTION` of the free memory.
+    Beyond the interface, what the rest of gpusort needs from a GPU goes
+    through here too: :meth:`upload`, :meth:`beyond` (top-k's selection)
+    and :meth:`scan` (verification).
     """
 
     name = "cupy"
@@ -179,7 +182,7 @@ class CupyBackend:
         sample = every(keys, step)
         if not all(in_order(a, b) for a, b in zip(sample[:-1].tolist(), sample[1:].tolist())):
             return False
-        return step == 1 or kernels.scan(keys, 0, len(keys), False)[1] is None
+        return step == 1 or launch.scan(keys, 0, len(keys), False)[1] is None
 
     def run_limit(self, keys: Any, values: Any = None) -> int:
         if not isinstance(keys, np.ndarray):  # a GPU that cannot hold a sort says so: MemoryError
@@ -219,6 +222,52 @@ class CupyBackend:
             return np.searchsorted(sorted_keys, cupy.asnumpy(needles), side=side)
         return cupy.searchsorted(sorted_keys, _to_device(needles), side=side)
 
+    def upload(self, arrays: Sequence[Any]) -> tuple:
+        """``arrays`` on this thread's GPU: host arrays copied up, CuPy arrays as they are."""
+        return tuple(_to_device(a) for a in arrays)
+
+    def sort_rows(self, okeys: Any) -> Any:
+        return gpu.sort(_to_device(okeys), axis=-1)
+
+    def lexsort_rows(self, columns: Sequence[Any]) -> Any:
+        return gpu.lexsort([_to_device(c) for c in columns], axis=-1)
+
+    def beyond(self, blocks: Sequence[Any], pivot: Any, complement: bool, room: int) -> tuple[int, Any]:
+        """:func:`encoded_beyond` of ``blocks``, host blocks uploaded first."""
+        return encoded_beyond([_to_device(b) for b in blocks], pivot, complement, room)
+
+    def scan(self, block: Any, descending: bool | None) -> tuple[int, int | None]:
+        """Verification's pass over one chunk (:func:`gpusort.verification.verify`), on a GPU.
+
+        The checksum of its exact bits and its first out-of-order position
+        (``None``; no order check where ``descending`` is ``None``), by
+        gpusort's verification kernel: a CuPy chunk on its own GPU, a NumPy
+        chunk on this thread's GPU, uploaded in pieces of :data:`SCAN_PIECE`
+        elements, each with the next piece's first element, so that the
+        order check sees every adjacent pair once.
+        """
+        ordered = lambda m: 0 if descending is None else m  # noqa: E731 - elements whose order is checked
+        if not isinstance(block, np.ndarray):
+            return launch.scan(block, len(block), ordered(len(block)), bool(descending))
+        block = np.ascontiguousarray(block)
+        n, total, bad = len(block), 0, None
+        with cupy.cuda.Device(thread_device()), staging.streams().work as work:
+            piece = cupy.empty(min(n, SCAN_PIECE) + 1, block.dtype)
+            for a in range(0, n, SCAN_PIECE):
+                b = min(n, a + SCAN_PIECE)
+                m = min(n, b + 1) - a
+                staging.to_device(block[a:a + m], piece[:m])
+                checksum, local = launch.scan(piece[:m], b - a, 0 if bad is not None else ordered(m),
+                                              bool(descending))
+                total += checksum
+                if local is not None:
+                    bad = a + local
+            work.synchronize()
+        return total % 2**64, bad
+
+
+#: Elements of a NumPy chunk :meth:`CupyBackend.scan` checks on the GPU at once (256 MiB of int64).
+SCAN_PIECE = 2**25
 
 BACKEND = CupyBackend()
 
@@ -323,7 +372,7 @@ class _Steps:
 
 def _sort_step(memory: staging.GpuMemory, keys: np.ndarray, values: np.ndarray | None, out: Pair) -> None:
     staged = _staged([keys]), None if values is None else _staged([values])
-    result = kernels.mergesort(*staged, overwrite_input=True)  # two copies of the data on the GPU, not three
+    result = dispatch.mergesort(*staged, overwrite_input=True)  # two copies of the data on the GPU, not three
     del staged
     _download(memory, result, out)
 
@@ -352,9 +401,9 @@ def _sort_owned(keys: cupy.ndarray, values: cupy.ndarray | None) -> Pair:
     Where the kernels can, the input is one of the sort's two buffers: two
     copies of the data on the GPU, not three.
     """
-    if keys.dtype in kernels.KEY_TYPES and keys.dtype not in kernels.EXACT_FLOATS \
+    if keys.dtype in tuning.KEY_TYPES and keys.dtype not in tuning.EXACT_FLOATS \
             and (values is None or values.dtype.itemsize in MOVABLE_VALUE_BYTES):
-        out_k, out_v = kernels.mergesort(keys, None if values is None else _bits(values), overwrite_input=True)
+        out_k, out_v = dispatch.mergesort(keys, None if values is None else _bits(values), overwrite_input=True)
         return out_k, None if values is None else out_v.view(values.dtype)
     return (gpu.sort(keys), None) if values is None else gpu.sort_pairs(keys, values)
 
@@ -364,7 +413,7 @@ def _merge_step(memory: staging.GpuMemory, pieces: Sequence[Pair], out: Pair) ->
     keys = _staged([k for k, _ in pieces])
     values = None if pieces[0][1] is None else _staged([v for _, v in pieces])
     runs = [(keys[a:b], None if values is None else values[a:b]) for a, b in zip(starts[:-1], starts[1:])]
-    result = kernels.merge_tree(runs, scratch=(keys, values))  # level 2 on writes over the staged slices
+    result = dispatch.merge_tree(runs, scratch=(keys, values))  # level 2 on writes over the staged slices
     del keys, values, runs
     _download(memory, result, out)
 
@@ -386,52 +435,6 @@ def _staged(parts: Sequence[np.ndarray], lanes: int = staging.LANES_PER_COPY) ->
     out = cupy.empty(sum(len(p) for p in parts), parts[0].dtype)
     staging.to_device(parts, out, lanes)
     return out
-
-
-#: Keys each thread of the fused pass loads before it compares any, so that
-#: enough loads are in flight to read at the memory's speed: on the H200,
-#: 2^26 int64 keys took 0.44 ms at one key a thread (an elementwise kernel),
-#: 0.18 ms at four (0.13 in a probe that only compares).
-BEYOND_ITEMS = 4
-BEYOND_THREADS = 256
-
-
-@functools.cache
-def _beyond_kernel(dtype: np.dtype) -> cupy.RawKernel:
-    # Every key beyond the pivot takes the next slot; past the room they are
-    # only counted.  The pivot makes them few, so the one counter is rarely busy.
-    from gpusort.kernels import KEY_TYPES
-
-    name = f"gpusort_beyond<{KEY_TYPES[dtype]}>"
-    code = order.EXACT_PREAMBLE + r"""
-    template <class U>
-    __global__ void __launch_bounds__(THREADS) gpusort_beyond(
-        const U* x, long long n, const U* pivot_at, bool is_float, U sign, U nans, bool complement,
-        unsigned long long room, U* out, unsigned long long* slot) {
-      const U pivot = *pivot_at;
-      const long long tile = (long long)ITEMS * THREADS;
-      for (long long base = blockIdx.x * tile; base < n; base += tile * gridDim.x) {
-        U v[ITEMS];
-    #pragma unroll
-        for (int j = 0; j < ITEMS; ++j) {
-          const long long i = base + j * THREADS + threadIdx.x;
-          v[j] = i < n ? x[i] : (U)0;
-        }
-    #pragma unroll
-        for (int j = 0; j < ITEMS; ++j) {
-          const U o = is_float ? gpusort_exact_key(v[j], sign, nans, false) : v[j];
-          const U s = complement ? (U)~o : o;
-          if (base + j * THREADS + threadIdx.x < n && s > pivot) {
-            const unsigned long long at = atomicAdd(slot, 1ULL);
-            if (at < room) out[at] = o;
-          }
-        }
-      }
-    }
-    """
-    module = cupy.RawModule(code=code, options=("-std=c++17", f"-DITEMS={BEYOND_ITEMS}",
-                                                f"-DTHREADS={BEYOND_THREADS}"), name_expressions=[name])
-    return module.get_function(name)
 
 
 def encoded_beyond(blocks: Sequence[cupy.ndarray], pivot: Any, complement: bool,
@@ -458,12 +461,12 @@ def encoded_beyond(blocks: Sequence[cupy.ndarray], pivot: Any, complement: bool,
     out = cupy.empty(min(room, sum(x.size for x in blocks)), u)
     slot = cupy.zeros(1, np.uint64)
     pivot = cupy.asarray(pivot, u).reshape(1)  # read on the device: no sync for its value
-    kernel = _beyond_kernel(u)
+    kernel = build.beyond_kernel(cupy.cuda.Device().id, u)
     for keys in blocks:
         if keys.size:
             # 8 blocks of 256 threads fill an SM; each loops over tiles until the keys run out.
-            grid = min(-(-keys.size // (BEYOND_ITEMS * BEYOND_THREADS)), 8 * kernels.sm_count(keys.device.id))
-            kernel((grid,), (BEYOND_THREADS,), (cupy.ascontiguousarray(keys).view(u), np.int64(keys.size), pivot,
+            grid = min(-(-keys.size // (tuning.BEYOND_VT * tuning.BEYOND_NT)), 8 * build.sm_count(keys.device.id))
+            kernel((grid,), (tuning.BEYOND_NT,), (cupy.ascontiguousarray(keys).view(u), np.int64(keys.size), pivot,
                                                  np.bool_(dtype.kind == "f"), u.type(sign), u.type(nans),
                                                  np.bool_(complement), np.uint64(room), out, slot))
     count = int(slot.get()[0])

@@ -35,13 +35,10 @@ class NumpyBackend:
         -- n·log2(P) comparisons, in C, ties kept in run order (for 8- and
         16-bit keys it is a linear radix pass).  Keys alone take the same
         timsort, in place on the concatenation for integer keys
-        (:func:`_sort_keys` with ``runs`` for floats): two runs of 2^21 int64
-        merge in 35 ms against 140 ms for the SIMD quicksort, which does not
-        see runs.
-        Measured on 16 runs of 2^16 int64 keys (2-core development box, NumPy
-        2.4): about 25 ms keys only, 32 ms with int64 values, against 180 ms
-        for a vectorized co-rank merge tree (searchsorted + scatter per level,
-        an earlier measurement that benchmarks/NOTES.md does not keep).
+        (:func:`_sort_keys` with ``runs`` for floats), several times faster
+        than the SIMD quicksort, which does not see runs.  A vectorized co-rank
+        merge tree (searchsorted + scatter per level) is slower still, with or
+        without values.
         """
         runs = [r for r in runs if len(r[0])] or list(runs[:1])
         # concatenate would canonicalize dtypes (native byte order, structured
@@ -72,6 +69,12 @@ class NumpyBackend:
     ) -> np.ndarray:
         return np.searchsorted(sorted_keys, needles, side=side)
 
+    def sort_rows(self, okeys: np.ndarray) -> np.ndarray:
+        return np.sort(okeys, axis=-1)
+
+    def lexsort_rows(self, columns: Sequence[np.ndarray]) -> np.ndarray:
+        return np.lexsort(columns, axis=-1).astype(np.int64, copy=False)
+
 
 BACKEND = NumpyBackend()
 
@@ -89,7 +92,7 @@ def _sort_keys(keys: np.ndarray, runs: bool = False) -> np.ndarray:
 
     Integer keys that are equal are equal bits, so the fastest sort serves:
     the SIMD quicksort, but for 1-byte keys (and bool) the radix sort behind
-    kind="stable" (28 ms against 760 ms for 2^24 random uint8 keys), and for
+    kind="stable" (far faster than the quicksort on so few values), and for
     keys that are sorted ``runs`` end to end the timsort behind it, which
     merges them.  Floats
     (order keys of scheme ``"float"``) are sorted as their exact integer

@@ -1,9 +1,10 @@
 """A few small sorts and merges that exercise every kernel path; exits non-zero on a wrong result.
 
-Meant to run under compute-sanitizer, where full test sizes would take too long::
+Meant to run under compute-sanitizer, where full test sizes would take too long,
+from a source checkout (the expected orders come from ``tests/reference.py``)::
 
-    compute-sanitizer --tool memcheck --error-exitcode 9 python tests/gpu_smoke.py
-    compute-sanitizer --tool racecheck --error-exitcode 9 python tests/gpu_smoke.py
+    compute-sanitizer --tool memcheck --error-exitcode 9 python benchmarks/gpu_smoke.py
+    compute-sanitizer --tool racecheck --error-exitcode 9 python benchmarks/gpu_smoke.py
 
 Sizes leave a partial last tile and a partial last group of runs: keys-only
 sorts of 8-byte keys and packed argsorts take two four-way merge passes,
@@ -14,25 +15,30 @@ bucket pass, whose sample spans three tiles.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import cupy
 import numpy as np
 
 import gpusort.gpu as gpu
-from gpusort import kernels
-from reference import ref_argsort
+from gpusort.cuda import build, dispatch, tuning
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # for `reference`
+from reference import ref_argsort  # noqa: E402
 
 
 def main() -> None:
-    kernels.FOUR_WAY_MIN_KEYS = 0  # the sizes here are far below it: make 8-byte sorts merge four ways
+    tuning.FOUR_WAY_MIN_KEYS = 0  # the sizes here are far below it: make 8-byte sorts merge four ways
     rng = np.random.default_rng(0)
     arch = int(cupy.cuda.Device().compute_capability)
     for dtype in ("int8", "int32", "float64"):
-        nt, vt = kernels.launch_box(arch, np.dtype(dtype).itemsize)
+        nt, vt = tuning.launch_box(arch, np.dtype(dtype).itemsize)
         n = 9 * nt * vt + 5
         x = (rng.standard_normal(n) * 50).astype(dtype)
         d = cupy.asarray(x)
         for descending in (False, True):
-            kernels.PARTITION_GROUP_TILES = 0 if descending else 2**40
+            tuning.PARTITION_GROUP_TILES = 0 if descending else 2**40
             perm = ref_argsort(x, descending)
             assert (cupy.asnumpy(gpu.sort(d, descending=descending)) == x[perm]).all()
             assert (cupy.asnumpy(gpu.argsort(d, descending=descending)) == perm).all()
@@ -45,14 +51,14 @@ def main() -> None:
             )
             assert (cupy.asnumpy(merged[0]) == x[perm]).all()  # a ++ b was already in order
     # Packed argsorts (int8 and int32 above) that end in the blocksort or in a two-way pass.
-    nv = kernels.kernels(kernels.WORD, 0, False).nv
+    nv = build.kernels(tuning.WORD, 0, False).nv
     for n in (nv - 1, 2 * nv - 3):
         x = rng.integers(-3, 3, n).astype(np.int32)
-        assert (cupy.asnumpy(kernels.packed_argsort(cupy.asarray(x))) == ref_argsort(x)).all()
+        assert (cupy.asnumpy(dispatch.packed_argsort(cupy.asarray(x))) == ref_argsort(x)).all()
     # Bucket passes (forced at this size, with a small sample): keys spread
     # over many buckets of one partial tile, and keys of a few values whose
     # buckets take two- and four-way passes; a sort and a packed argsort.
-    kernels.BUCKET_MIN_BYTES, kernels.BUCKET_LEVELS_SAVED, kernels.BUCKET_SAMPLE = 0, 0, 64
+    tuning.BUCKET_MIN_BYTES, tuning.BUCKET_LEVELS_SAVED, tuning.BUCKET_SAMPLE = 0, 0, 64
     for dtype, values in (("int32", 2**31), ("float64", 0), ("int32", 3), ("float32", 0)):
         x = (rng.integers(-values, values, 70_003) if values else rng.standard_normal(70_003)).astype(dtype)
         if dtype == "float32":  # exact keys: both zeros and NaNs of two bit patterns tie

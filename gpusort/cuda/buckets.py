@@ -1,0 +1,143 @@
+"""The bucket pass: sample sort's partition, which large keys-only sorts begin with.
+
+Keys split into :data:`~gpusort.cuda.tuning.BUCKETS` buckets by sampled
+splitters, and the blocksort and merge passes then sort every bucket on
+its own (:class:`~gpusort.cuda.launch.Tiles`), in fewer merge levels.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpusort.cuda import tuning
+from gpusort.cuda.tuning import (
+    BUCKETS, BUCKET_COUNT_VT, BUCKET_CTAS, BUCKET_SAMPLE, BUCKET_VT, NULL, SAMPLE_FENCE, SPLITTERS_NT,
+    exact_word, merge_passes,
+)
+from gpusort.cuda.build import Encoding, Kernels, Packing, kernels
+from gpusort.cuda.launch import Tiles, blocksort, every
+
+
+def _splitters(k: Kernels | Packing | Encoding, sample, descending: bool):
+    """A bucket pass's splitters from its ``sample`` of ``BUCKETS * BUCKET_SAMPLE`` keys, as its count compares them.
+
+    Returns :data:`BUCKETS` keys, every :data:`BUCKET_SAMPLE`-th of the
+    sample's stable sort (the first is its least key, no splitter).  The
+    blocksort sorts the sample's tiles and ``sample_splitters`` finds each
+    key's place in their merge (kernels/kernel_splitters.cuh): two launches
+    where merging the tiles took ten.  An :class:`Encoding`'s count compares
+    exact keys, so its own blocksort loads the sample as exact keys; other
+    counts compare keys in their own order, which the keys' own module sorts.
+    """
+    import cupy
+
+    exact = isinstance(k, Encoding)
+    first = k if exact else kernels(sample.dtype, 0, descending)
+    n = sample.size
+    sorted_tiles = cupy.empty(n, exact_word(sample.dtype) if exact else sample.dtype)
+    blocksort(first, sample, NULL, sorted_tiles, NULL, Tiles.whole(n, first.nv))
+    splitters = cupy.empty(BUCKETS, sorted_tiles.dtype)
+    k.sample_splitters((-(-n // SPLITTERS_NT),), (SPLITTERS_NT,),
+                       (sorted_tiles, np.int64(n), np.int64(first.nv), np.int64(BUCKET_SAMPLE), splitters),
+                       shared_mem=-(-n // SAMPLE_FENCE) * sorted_tiles.itemsize)
+    return splitters
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """A bucket pass done by :func:`bucket_pass`: the keys grouped by bucket, and where the buckets lie."""
+
+    tiles: Tiles
+    keys: Any  # the keys (or packed words) scattered bucket by bucket, each bucket in input order
+    splitters: Any  # BUCKETS - 1 sampled keys as the count compares them, in order (_splitters)
+
+
+#: int32 fields of a bucket pass's summary (kernels/kernel_buckets.cuh,
+#: bucket_summary): tiles, merge levels, whether the scatter ran, and the
+#: bases' ticket, which the host reads back with the rest and ignores.
+_SUMMARY_FIELDS = 4
+
+
+def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dtype: np.dtype) -> Buckets | None:
+    """``keys`` scattered into buckets for a keys-only sort into tiles of ``k.nv``, or ``None`` where that does not pay.
+
+    Sample sort's partition.  Every ``n / (BUCKETS * BUCKET_SAMPLE)``-th
+    key is sampled; every :data:`BUCKET_SAMPLE`-th key of the sample's sort
+    is a splitter (:func:`_splitters`), and a key's bucket is how many
+    splitters it does not precede (kernels/bucket_search.cuh).  Buckets are
+    ranges of the order, so sorting each on its own sorts the whole, in
+    ``log2`` of the largest bucket's tiles merge levels instead of the whole
+    sort's: eight fewer for evenly spread keys.  The count compares what
+    ``k`` loads.  The scatter writes ``out_dtype`` keys (through ``k``'s
+    load policy: a packed argsort's words; a float sort's keep their bits)
+    into new memory, and runs only where it saves
+    :data:`tuning.BUCKET_LEVELS_SAVED` levels (keys of a few values, or all equal,
+    fill one bucket and save none).
+
+    The kernels decide that themselves (kernels/kernel_buckets.cuh): the
+    host launches every step, the scatter included, and then reads back the
+    summary (tiles, levels, scatter or not: :func:`_read_summary`) while the
+    scatter runs, so the GPU never waits on that read.  ``None`` also below
+    :data:`tuning.BUCKET_MIN_BYTES` of ``out_dtype`` (or four samples).
+    """
+    import cupy
+
+    n = keys.size
+    sample_size = BUCKETS * BUCKET_SAMPLE
+    if n * np.dtype(out_dtype).itemsize < tuning.BUCKET_MIN_BYTES or n < 4 * sample_size or k.bucket_count is None:
+        return None
+    stride = n // sample_size
+    sample = every(keys, stride, stride // 2, sample_size)
+    splitters = _splitters(k, sample, descending)
+
+    tile = BUCKETS * math.lcm(BUCKET_COUNT_VT, *BUCKET_VT.values())  # the scatter's and the count's tiles divide it
+    span = tile * -(-n // (tile * BUCKET_CTAS))
+    ctas = -(-n // span)
+    counts = cupy.empty((BUCKETS, ctas), np.int32)
+    buckets = cupy.empty(n, np.uint8)
+    summary = cupy.empty(_SUMMARY_FIELDS, np.int32)
+    k.bucket_count((ctas,), (BUCKETS,), (keys, np.int64(n), splitters, np.int64(span), counts, buckets, summary))
+    bases, totals = cupy.empty((BUCKETS, ctas), np.int64), cupy.empty(BUCKETS, np.int64)
+    offsets, first_tile = cupy.empty(BUCKETS + 1, np.int64), cupy.empty(BUCKETS + 1, np.int32)
+    max_levels = np.int32(merge_passes(n, k.nv) - tuning.BUCKET_LEVELS_SAVED)
+    k.bucket_bases((BUCKETS,), (BUCKETS,), (counts, np.int64(ctas), bases, totals, np.int64(k.nv), max_levels,
+                                            offsets, first_tile, summary))
+    tabled = cupy.cuda.Event(disable_timing=True)
+    tabled.record()
+    tile_bucket = cupy.empty(-(-n // k.nv) + BUCKETS, np.int32)  # tiles: at most one partial tile a bucket
+    out = cupy.empty(n, out_dtype)
+    k.bucket_scatter((ctas,), (BUCKETS,), (keys, buckets, np.int64(n), np.int64(span), bases, offsets, summary,
+                                           first_tile, tile_bucket, out))
+    count, levels, scatter, _ = _read_summary(summary, tabled)
+    if not scatter:
+        return None
+    return Buckets(Tiles(count, levels, offsets, tile_bucket, first_tile), out, splitters[1:])
+
+
+_side = threading.local()
+
+
+def _read_summary(summary, after) -> list[int]:
+    """A bucket pass's summary (``_SUMMARY_FIELDS`` int32 on the GPU, ready once the event ``after`` has passed).
+
+    Copied on a side stream into pinned memory, both kept for the thread
+    and device: the host launches the scatter before it waits here, and the
+    stream that runs the scatter never waits on the copy.
+    """
+    import cupy
+    import cupyx
+
+    device = cupy.cuda.Device().id
+    kept = _side.__dict__.setdefault("kept", {})
+    if device not in kept:
+        kept[device] = cupy.cuda.Stream(non_blocking=True), cupyx.empty_pinned(_SUMMARY_FIELDS, np.int32)
+    stream, pinned = kept[device]
+    stream.wait_event(after)
+    summary.get(stream=stream, out=pinned, blocking=False)
+    stream.synchronize()
+    return pinned.tolist()
