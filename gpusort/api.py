@@ -11,7 +11,8 @@ import numpy as np
 from dask.array.utils import meta_from_array
 
 from gpusort import graph, multikey, order
-from gpusort.backends import BACKENDS, backend_for, backend_spec, is_cupy, to_numpy
+from gpusort.arrays import is_cupy, to_numpy
+from gpusort.backends import BACKENDS, backend_for, backend_spec
 from gpusort.budget import parse_budget
 
 

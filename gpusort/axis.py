@@ -43,7 +43,8 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from gpusort import composite, graph, multikey, order
-from gpusort.backends import backend_for, get_backend, is_cupy, namespace, to_numpy
+from gpusort.arrays import is_cupy, namespace, to_numpy
+from gpusort.backends import backend_for, get_backend
 
 #: Rows up to this many input blocks long are gathered whole, even past a task's bytes.
 ROW_BLOCKS = 4

@@ -14,7 +14,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from gpusort import order
-from gpusort.backends import Pair, concatenate, get_backend, in_order, namespace, to_numpy
+from gpusort.arrays import concatenate, in_order, namespace, to_numpy
+from gpusort.backends import Pair, get_backend
 
 Declared = tuple[int, int, np.dtype, "np.dtype | None"]
 """``(chunk index, length, key dtype, value dtype)``: what the Dask array says a chunk holds."""

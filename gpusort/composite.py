@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gpusort.backends import namespace
+from gpusort.arrays import namespace
 
 WORD = 64
 

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gpusort.backends import concatenate, every, to_numpy
+from gpusort.arrays import concatenate, every, to_numpy
 from gpusort.composite import argsort_rows
 
 

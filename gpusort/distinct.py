@@ -31,7 +31,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from gpusort import order
-from gpusort.backends import namespace, to_numpy
+from gpusort.arrays import namespace, to_numpy
 
 
 def _last_key(block: Any) -> Any:

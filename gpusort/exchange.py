@@ -75,7 +75,8 @@ from distributed.utils import sync
 from distributed.utils_comm import retry
 
 from gpusort import chunks, corank, order
-from gpusort.backends import concatenate, get_backend, in_order, synchronize, to_numpy
+from gpusort.arrays import concatenate, in_order, synchronize, to_numpy
+from gpusort.backends import get_backend
 
 #: Below this many bytes a message travels as one pickled blob rather than as
 #: frames (distributed's own threshold for P2P shards).

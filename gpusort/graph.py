@@ -46,7 +46,8 @@ from dask.highlevelgraph import HighLevelGraph
 from gpusort import budget as plan
 from gpusort import chunks as tasks
 from gpusort import corank, exchange, order
-from gpusort.backends import MOVABLE_VALUE_BYTES, BackendSpec, Pair, is_cupy
+from gpusort.arrays import is_cupy
+from gpusort.backends import MOVABLE_VALUE_BYTES, BackendSpec, Pair
 
 #: The sort's phases and the task-name prefixes of each, in the order they run.
 #: Timing by phase (:mod:`gpusort.runtime`, the benchmarks, the workflows) reads

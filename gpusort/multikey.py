@@ -19,7 +19,7 @@ import dask.array as da
 import numpy as np
 
 from gpusort import composite, graph, order
-from gpusort.backends import namespace
+from gpusort.arrays import namespace
 
 
 def layout_of(dtypes: Sequence[np.dtype], descending: bool, row_bits: int = 0) -> composite.Layout:

@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gpusort.backends import namespace, to_numpy
+from gpusort.arrays import namespace, to_numpy
 
 _FLOAT_WIDTHS, _COMPLEX_WIDTHS = (2, 4, 8), (8, 16)  # bytes: float16/32/64, complex64/128
 SCHEMES = ("exact", "tied", "float")

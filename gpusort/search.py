@@ -30,7 +30,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort.backends import namespace, to_numpy
+from gpusort.arrays import namespace, to_numpy
 
 
 def _last(chunk: Any) -> Any:

@@ -36,7 +36,8 @@ from typing import Any, Sequence
 import dask.array as da
 
 from gpusort import order
-from gpusort.backends import get_backend, is_cupy, namespace
+from gpusort.arrays import is_cupy, namespace
+from gpusort.backends import get_backend
 
 #: Candidate sets this small are sorted outright.
 SMALL = 4096

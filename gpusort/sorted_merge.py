@@ -61,7 +61,8 @@ from dask.highlevelgraph import HighLevelGraph
 
 from gpusort import composite, corank, multikey, order
 from gpusort.api import as_dask, check_flag, output_chunk, resolve_backend
-from gpusort.backends import BackendSpec, backend_spec, every, get_backend, is_cupy, namespace, to_numpy
+from gpusort.arrays import every, is_cupy, namespace, to_numpy
+from gpusort.backends import BackendSpec, backend_spec, get_backend
 from gpusort.budget import parse_budget
 
 

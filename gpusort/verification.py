@@ -29,7 +29,8 @@ import dask
 import numpy as np
 
 from gpusort import order
-from gpusort.backends import get_backend, is_cupy, to_numpy
+from gpusort.arrays import is_cupy, to_numpy
+from gpusort.backends import get_backend
 from gpusort.api import check_flag
 from gpusort.zarr_io import as_dask_array, compute
 

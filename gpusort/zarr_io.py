@@ -64,7 +64,8 @@ from dask.system import CPU_COUNT
 from gpusort import corank, order
 from gpusort.api import as_dask, check_flag
 from gpusort.api import output_chunk, resolve_backend
-from gpusort.backends import BackendSpec, backend_spec, is_cupy, to_numpy
+from gpusort.arrays import is_cupy, to_numpy
+from gpusort.backends import BackendSpec, backend_spec
 from gpusort.budget import parse_budget
 from gpusort.chunks import merge_pieces
 from gpusort.graph import Runs, form_runs

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  # for `harness`
 
 MODULES = [
-    "gpusort.api", "gpusort.backends", "gpusort.backends.numpy", "gpusort.budget", "gpusort.cli",
+    "gpusort.api", "gpusort.arrays", "gpusort.backends", "gpusort.backends.numpy", "gpusort.budget", "gpusort.cli",
     "gpusort.chunks", "gpusort.composite", "gpusort.corank", "gpusort.dataframe", "gpusort.graph", "gpusort.hostpool",
     "gpusort.cuda.build", "gpusort.cuda.tuning", "gpusort.order", "gpusort.warmup",
     "gpusort.runtime.clusters", "gpusort.runtime.options", "gpusort.runtime.record",

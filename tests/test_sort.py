@@ -76,7 +76,7 @@ def test_cupy_chunks_that_are_strided_views(view, pieces):
 def test_every_gathers_a_gpu_sample_like_numpy(layout):
     """The splitters' samples of a GPU run (every ``step``-th key from ``start``) are NumPy's strided slice."""
     cupy = pytest.importorskip("cupy")
-    from gpusort.backends import every
+    from gpusort.arrays import every
 
     rows = np.random.default_rng(5).integers(0, 2**62, (1001, 3)).astype(np.uint64)
     on_gpu = cupy.asarray(rows)

@@ -31,7 +31,8 @@ import numpy as np
 import gpusort.gpu as gpu
 from gpusort import budget as plan
 from gpusort import order, staging
-from gpusort.backends import MOVABLE_VALUE_BYTES, SORTED_SAMPLE, Pair, concatenate, every, in_order
+from gpusort.arrays import concatenate, every, in_order
+from gpusort.backends import MOVABLE_VALUE_BYTES, SORTED_SAMPLE, Pair
 from gpusort.cuda import build, dispatch, launch, tuning
 
 #: Share of the free GPU memory the out-of-core path uses when no budget is given.

@@ -1,0 +1,113 @@
+"""What works on NumPy and CuPy arrays alike: the array module, host copies, joins and samples.
+
+Array-namespace helpers below every other module: they never import CuPy
+unless handed a CuPy array, so ``import gpusort`` works without it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+def is_cupy(x: Any) -> bool:
+    """Whether ``x`` is a CuPy array (checked without importing CuPy)."""
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+def namespace(x: Any) -> Any:
+    """The array module of ``x``: ``cupy`` for CuPy arrays, else ``numpy``."""
+    if is_cupy(x):
+        import cupy
+
+        return cupy
+    import numpy
+
+    return numpy
+
+
+def to_numpy(x: Any) -> Any:
+    """``x`` in host memory; the splitter math runs there on a few keys."""
+    return x.get() if is_cupy(x) else x
+
+
+def in_order(a: Any, b: Any) -> bool:
+    """Whether order key ``a`` may come before ``b``: not after it, NaN last (host scalars).
+
+    Examples
+    --------
+    >>> in_order(1.0, 1.0), in_order(float("nan"), 2.0), in_order(2.0, float("nan"))
+    (True, False, True)
+    """
+    if a != a:  # NaN: only NaN may follow it
+        return b != b
+    return not b < a
+
+
+def synchronize(x: Any) -> None:
+    """Wait until the GPU has written ``x`` (a CuPy array); nothing for host arrays.
+
+    Arrays about to leave the process through comms that do not order
+    themselves after the kernels that wrote them must wait for them.
+    """
+    if is_cupy(x):
+        x.device.synchronize()
+
+
+def concatenate(parts: Sequence[Any], dtype: Any = None) -> Any:
+    """``parts`` end to end, in ``dtype`` (default: the first part's, byte order kept).
+
+    CuPy's own concatenation makes the byte order native and compiles a
+    kernel per dtype on its first call in a process; contiguous GPU parts
+    of the result's dtype are copied by the copy engine instead, which
+    compiles nothing and runs at the memory's rate.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> concatenate([np.array([1, 2], ">i4"), np.array([3], ">i4")]).dtype
+    dtype('>i4')
+    """
+    if len(parts) == 1:
+        return parts[0]
+    xp = namespace(parts[0])
+    import numpy
+
+    dtype = numpy.dtype(parts[0].dtype if dtype is None else dtype)
+    if xp is numpy or not all(p.dtype == dtype and p.flags.c_contiguous and p.shape[1:] == parts[0].shape[1:]
+                              for p in parts):
+        return xp.concatenate(parts, dtype=dtype)
+    out = xp.empty((sum(len(p) for p in parts),) + parts[0].shape[1:], dtype)
+    offset = 0
+    for p in parts:
+        if p.nbytes:
+            (out.data + offset).copy_from_device_async(p.data, p.nbytes)
+        offset += p.nbytes
+    return out
+
+
+def every(x: Any, step: int, start: int = 0) -> Any:
+    """``x[start::step]`` (NumPy or CuPy, 1-D or rows) as a contiguous host array.
+
+    Samples for splitters: a GPU array's are gathered by the copy engine
+    (:func:`gpusort.cuda.launch.every`), not by the copy kernel CuPy would
+    compile for a strided view on its first use in a process.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> every(np.arange(10), 4, 1)
+    array([1, 5, 9])
+    """
+    import numpy
+
+    if not is_cupy(x):
+        return numpy.ascontiguousarray(x[start::step])
+    import cupy
+
+    from gpusort.cuda import launch
+
+    out = numpy.empty((max(0, -(-(x.shape[0] - start) // step)),) + x.shape[1:], x.dtype)
+    with x.device:  # the copy queued after the kernels that wrote x, on their device
+        launch.every(x, step, start, out=out)
+        cupy.cuda.get_current_stream().synchronize()
+    return out
