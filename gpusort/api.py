@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from typing import Any
@@ -12,7 +13,7 @@ from dask.array.utils import meta_from_array
 
 from gpusort import graph, multikey, order
 from gpusort.arrays import is_cupy, to_numpy
-from gpusort.backends import BACKENDS, backend_for, backend_spec
+from gpusort.backends import BACKENDS, BackendSpec, backend_for, backend_spec
 from gpusort.budget import parse_budget
 
 
@@ -72,7 +73,7 @@ def sort(
     array([[1, 2, 3],
            [7, 8, 9]])
     """
-    return _sort_any([x], axis, descending, chunks, backend, gpu_memory_budget, positions=False)
+    return _sort_any([x], axis, SortOptions.of(descending, chunks, backend, gpu_memory_budget), positions=False)
 
 
 def argsort(
@@ -100,7 +101,7 @@ def argsort(
     >>> gpusort.argsort(x, descending=True).compute()
     array([0, 2, 1, 3])
     """
-    return _sort_any([x], axis, descending, chunks, backend, gpu_memory_budget, positions=True)
+    return _sort_any([x], axis, SortOptions.of(descending, chunks, backend, gpu_memory_budget), positions=True)
 
 
 def lexsort(
@@ -146,7 +147,8 @@ def lexsort(
     >>> gpusort.lexsort([age, surname]).compute()
     array([1, 3, 2, 0])
     """
-    return _sort_any(_key_list(keys), axis, descending, chunks, backend, gpu_memory_budget, positions=True)
+    options = SortOptions.of(descending, chunks, backend, gpu_memory_budget)
+    return _sort_any(_key_list(keys), axis, options, positions=True)
 
 
 def sort_by_key(
@@ -184,6 +186,7 @@ def sort_by_key(
     >>> sk2.compute(), sv.compute()
     (array([0, 0, 0, 1]), array([b'a', b'b', b'd', b'c'], dtype='|S1'))
     """
+    options = SortOptions.of(descending, chunks, backend, gpu_memory_budget)
     several = isinstance(keys, (list, tuple)) and any(_is_array(k) for k in keys)  # a list of numbers is one key
     columns = _key_list(keys) if several else [_as_keys(keys, 0, "keys", complex_ok=True)]
     if any(c.ndim != 1 for c in columns):
@@ -215,10 +218,10 @@ def sort_by_key(
     elif values.chunks != keys.chunks:
         values = values.rechunk(keys.chunks)
     if not several and keys.dtype.kind != "c":
-        return _sort(keys, values, descending, chunks, backend, gpu_memory_budget, positions=False)
+        return _sort(keys, values, options, positions=False)
     # Composite keys do not decode back to the keys: the keys travel with the values, as records.
     records = multikey.records(columns + [values])
-    out = _sort_composite(columns, records, descending, chunks, backend, gpu_memory_budget)
+    out = _sort_composite(columns, records, options)
     *sorted_keys, sorted_values = multikey.fields(out, [c.dtype for c in columns] + [values.dtype])
     return (tuple(sorted_keys) if several else sorted_keys[0]), sorted_values
 
@@ -391,14 +394,14 @@ def unique(
     for name, flag in (("return_index", return_index), ("return_inverse", return_inverse),
                        ("return_counts", return_counts)):
         check_flag(flag, name)
+    options = SortOptions.of(backend=backend, gpu_memory_budget=gpu_memory_budget)
     x = as_dask(x, "x")  # once: wrapping a NumPy array hashes its data
     keys = _as_keys(x, None, "x")
     # With the index or the inverse, one stable sort gives the keys and their first positions.
-    keys, positions = _sort(keys, None, False, None, backend, gpu_memory_budget,
-                            positions=return_index or return_inverse)
+    keys, positions = _sort(keys, None, options, positions=return_index or return_inverse)
 
     def resort(k: da.Array, v: da.Array, chunk: int) -> tuple[da.Array, da.Array]:
-        return _sort(k, v, False, chunk, backend, gpu_memory_budget, positions=False)
+        return _sort(k, v, dataclasses.replace(options, chunks=chunk), positions=False)
 
     out = distinct.unique(keys, positions, resort, return_index=return_index, return_inverse=return_inverse,
                         return_counts=return_counts)
@@ -435,18 +438,61 @@ def output_chunk(chunks: Any, n: int, nparts: int) -> int:
     return int(min(chunks, max(n, 1)))
 
 
-def _sort(keys, values, descending, chunks, backend, gpu_memory_budget, *, positions, keys_returned=True):
-    check_flag(descending, "descending")
-    budget = parse_budget(gpu_memory_budget)
-    backend = backend_spec(resolve_backend(backend, keys._meta), budget)
-    chunk = output_chunk(chunks, keys.shape[0], keys.numblocks[0])
-    return graph.sort(keys, values, descending=bool(descending), backend=backend, chunk=chunk,
-                      positions=positions, keys_returned=keys_returned)
+@dataclasses.dataclass(frozen=True)
+class SortOptions:
+    """What every sort takes besides its arrays, checked once, where the user passed it.
+
+    ``descending`` is a bool, ``chunks`` the output chunk length (``None``:
+    as many chunks as the input), ``backend`` a name of
+    :data:`gpusort.backends.BACKENDS` (``None``: the chunk type picks) and
+    ``gpu_memory_budget`` bytes (``None``: the backend's default).  Build it
+    with :meth:`of` from what the user passed; the layers below take it as
+    it is.
+
+    Examples
+    --------
+    >>> SortOptions.of(descending=True, gpu_memory_budget="1 GiB")
+    SortOptions(descending=True, chunks=None, backend=None, gpu_memory_budget=1073741824)
+    >>> SortOptions.of(chunks=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: chunks must be a positive int (the output chunk length); got 0
+    """
+
+    descending: bool = False
+    chunks: int | None = None
+    backend: str | None = None
+    gpu_memory_budget: int | None = None
+
+    @classmethod
+    def of(cls, descending: Any = False, chunks: Any = None, backend: Any = None,
+           gpu_memory_budget: Any = None) -> "SortOptions":
+        """The options as the user passed them, each checked: a clear error names the argument and the fix."""
+        check_flag(descending, "descending")
+        if chunks is not None:
+            output_chunk(chunks, 1, 1)
+        if backend is not None and backend not in BACKENDS:
+            raise ValueError(f"backend={backend!r} is not known; use one of {BACKENDS} or None")
+        return cls(bool(descending), None if chunks is None else int(chunks), backend,
+                   parse_budget(gpu_memory_budget))
+
+    def spec(self, meta: Any) -> str | BackendSpec:
+        """The backend for chunks like ``meta`` (:func:`resolve_backend`), with the budget, as the graph carries it."""
+        return backend_spec(resolve_backend(self.backend, meta), self.gpu_memory_budget)
+
+    def chunk(self, n: int, nparts: int) -> int:
+        """The output chunk length for ``n`` keys in ``nparts`` input chunks (:func:`output_chunk`)."""
+        return output_chunk(self.chunks, n, nparts)
 
 
-def _sort_any(keys: list, axis, descending, chunks, backend, gpu_memory_budget, *, positions: bool) -> da.Array:
+def _sort(keys, values, options: SortOptions, *, positions, keys_returned=True):
+    return graph.sort(keys, values, descending=options.descending, backend=options.spec(keys._meta),
+                      chunk=options.chunk(keys.shape[0], keys.numblocks[0]), positions=positions,
+                      keys_returned=keys_returned)
+
+
+def _sort_any(keys: list, axis, options: SortOptions, *, positions: bool) -> da.Array:
     """sort, argsort and lexsort: ``keys`` (NumPy's lexsort order, last primary) along ``axis``."""
-    check_flag(descending, "descending")
     argname = "x" if len(keys) == 1 else "keys"
     keys = [as_dask(k, argname) for k in keys]
     first = keys[-1]
@@ -456,8 +502,8 @@ def _sort_any(keys: list, axis, descending, chunks, backend, gpu_memory_budget, 
     for k in keys:
         if k.shape != first.shape:
             raise ValueError(f"keys have shapes {first.shape} and {k.shape}; every key must have the same shape")
-    if chunks is None and first.ndim == 1:  # the number of chunks the output keeps: empty ones count
-        chunks = output_chunk(None, first.shape[0], first.numblocks[0])
+    if options.chunks is None and first.ndim == 1:  # the number of chunks the output keeps: empty ones count
+        options = dataclasses.replace(options, chunks=output_chunk(None, first.shape[0], first.numblocks[0]))
     if first.size == 0 and any(k.chunks != first.chunks for k in keys):
         # Empty keys in other chunkings (a rechunk keeps their numbers of empty chunks): empty in the last one's.
         keys = [da.from_array(k._meta.reshape(first.shape), chunks=first.chunks, asarray=False) for k in keys]
@@ -473,31 +519,27 @@ def _sort_any(keys: list, axis, descending, chunks, backend, gpu_memory_budget, 
             _check_axis(axis, 1, argname)
         flat = [_as_keys(k, None, argname, complex_ok=True) for k in keys]
         if len(flat) == 1 and flat[0].dtype.kind != "c":
-            got_keys, got_positions = _sort(flat[0], None, descending, chunks, backend, gpu_memory_budget,
-                                            positions=positions, keys_returned=not positions)
+            got_keys, got_positions = _sort(flat[0], None, options, positions=positions, keys_returned=not positions)
             return got_positions if positions else got_keys
         carried = None if positions else flat[0]  # complex keys travel as values: their bits are kept
-        return _sort_composite(flat[::-1], carried, descending, chunks, backend, gpu_memory_budget)
+        return _sort_composite(flat[::-1], carried, options)
     from gpusort import axis as along
 
     axis = _check_axis(axis, first.ndim, argname)
-    _check_no_chunks(chunks, axis, first.ndim, argname)
-    spec = backend_spec(resolve_backend(backend, first._meta), parse_budget(gpu_memory_budget))
+    _check_no_chunks(options.chunks, axis, first.ndim, argname)
+    spec = options.spec(first._meta)
     if first.size == 0:  # nothing to sort, in the keys' chunks
         return first.map_blocks(_empty_result, positions, dtype=np.int64 if positions else first.dtype)
-    out = along.sort_along(keys[::-1], axis, descending=bool(descending), positions=positions, backend=spec)
+    out = along.sort_along(keys[::-1], axis, descending=options.descending, positions=positions, backend=spec)
     return out if out.chunks == first.chunks else along.with_empty_chunks(out, first.chunks)
 
 
-def _sort_composite(columns: list, carried: da.Array | None, descending, chunks, backend, gpu_memory_budget
-                    ) -> da.Array:
+def _sort_composite(columns: list, carried: da.Array | None, options: SortOptions) -> da.Array:
     """1-D keys (primary first) sorted as composite keys: ``carried`` in their order, or their positions."""
-    check_flag(descending, "descending")
-    budget = parse_budget(gpu_memory_budget)
-    spec = backend_spec(resolve_backend(backend, columns[0]._meta), budget)
-    chunk = output_chunk(chunks, columns[0].shape[0], columns[0].numblocks[0])
-    okeys = multikey.composite_keys(columns, bool(descending))
-    _, out = multikey.sort(okeys, carried, positions=carried is None, chunk=chunk, backend=spec)
+    chunk = options.chunk(columns[0].shape[0], columns[0].numblocks[0])
+    okeys = multikey.composite_keys(columns, options.descending)
+    _, out = multikey.sort(okeys, carried, positions=carried is None, chunk=chunk,
+                           backend=options.spec(columns[0]._meta))
     return out
 
 

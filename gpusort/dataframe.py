@@ -38,9 +38,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from gpusort import composite, multikey, order
-from gpusort.api import check_flag, resolve_backend
-from gpusort.backends import backend_spec
-from gpusort.budget import parse_budget
+from gpusort.api import SortOptions, check_flag
 
 
 def sort_values(
@@ -119,7 +117,7 @@ def sort_values(
         raise ValueError(f"npartitions must be a positive int (the number of output partitions), or None; "
                          f"got {npartitions!r}")
     plan = _plan(meta, keys, descending)
-    spec = backend_spec(resolve_backend(backend, np.empty(0)), parse_budget(gpu_memory_budget))
+    spec = SortOptions.of(backend=backend, gpu_memory_budget=gpu_memory_budget).spec(np.empty(0))
     lengths = tuple(int(n) for n in df.map_partitions(len).compute())  # the one thing computed now
     okeys, records = _encoded(df, plan, lengths)
     n = sum(lengths)

@@ -60,10 +60,9 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from gpusort import composite, corank, multikey, order
-from gpusort.api import as_dask, check_flag, output_chunk, resolve_backend
+from gpusort.api import SortOptions, as_dask
 from gpusort.arrays import every, is_cupy, namespace, to_numpy
-from gpusort.backends import BackendSpec, backend_spec, get_backend
-from gpusort.budget import parse_budget
+from gpusort.backends import BackendSpec, get_backend
 
 
 def merge(
@@ -128,7 +127,7 @@ def merge(
     ...
     ValueError: a is not sorted (ascending, NaN last): a[2] = 3 comes after a[1] = 5; ...
     """
-    keys, _ = _merge_arrays([(a, "a"), (b, "b")], None, descending, chunks, backend, gpu_memory_budget)
+    keys, _ = _merge_arrays([(a, "a"), (b, "b")], None, SortOptions.of(descending, chunks, backend, gpu_memory_budget))
     return keys
 
 
@@ -165,8 +164,8 @@ def merge_by_key(
     >>> k.compute(), v.compute()
     (array([1, 3, 3, 3, 4]), array([b'a', b'b', b'c', b'x', b'y'], dtype='|S1'))
     """
-    return _merge_arrays([(ka, "ka"), (kb, "kb")], [(va, "va"), (vb, "vb")], descending, chunks, backend,
-                         gpu_memory_budget)
+    return _merge_arrays([(ka, "ka"), (kb, "kb")], [(va, "va"), (vb, "vb")],
+                         SortOptions.of(descending, chunks, backend, gpu_memory_budget))
 
 
 @dataclass(frozen=True)
@@ -194,9 +193,8 @@ class _Merge:
         return order.encode(np.array([0.0, np.nan], self.dtype), self.descending, "tied")
 
 
-def _merge_arrays(keys, values, descending, chunks, backend, gpu_memory_budget):
+def _merge_arrays(keys, values, options: SortOptions):
     """merge and merge_by_key: ``keys`` and ``values`` are ``(array, argument name)`` pairs, ``a``'s first."""
-    check_flag(descending, "descending")
     names = (keys[0][1], keys[1][1])
     keys = [_sorted_input(x, name) for x, name in keys]
     (a, b), (name_a, name_b) = keys, names
@@ -215,10 +213,9 @@ def _merge_arrays(keys, values, descending, chunks, backend, gpu_memory_budget):
             raise TypeError(f"{vnames[0]} has dtype {values[0].dtype} but {vnames[1]} has dtype "
                             f"{values[1].dtype}; the merged values need one dtype: cast one first "
                             f"(e.g. {vnames[1]}.astype({vnames[0]}.dtype))")
-    spec = _Merge(np.dtype(a.dtype), bool(descending),
-                  backend_spec(resolve_backend(backend, a._meta), parse_budget(gpu_memory_budget)), names)
+    spec = _Merge(np.dtype(a.dtype), options.descending, options.spec(a._meta), names)
     n = a.shape[0] + b.shape[0]
-    chunk = output_chunk(chunks, n, a.numblocks[0] + b.numblocks[0])
+    chunk = options.chunk(n, a.numblocks[0] + b.numblocks[0])
     if n == 0:  # nothing to merge: one empty chunk, as sort gives
         return _empty(a), None if values is None else _empty(values[0])
     return _graph(spec, keys, values, chunk)

@@ -62,11 +62,9 @@ from dask.base import tokenize
 from dask.system import CPU_COUNT
 
 from gpusort import corank, order
-from gpusort.api import as_dask, check_flag
-from gpusort.api import output_chunk, resolve_backend
+from gpusort.api import SortOptions, as_dask
 from gpusort.arrays import is_cupy, to_numpy
-from gpusort.backends import BackendSpec, backend_spec
-from gpusort.budget import parse_budget
+from gpusort.backends import BackendSpec
 from gpusort.chunks import merge_pieces
 from gpusort.graph import Runs, form_runs
 
@@ -339,7 +337,7 @@ def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str |
     """Check :func:`sort_zarr`'s arguments before any work: (keys, destinations, backend, chunk, temp_dir)."""
     x = as_dask_array(src, "src")
     order.check_key_dtype(x.dtype, "src")
-    check_flag(descending, "descending")
+    options = SortOptions.of(descending, chunks, backend, gpu_memory_budget)
     source = Path(src).resolve() if isinstance(src, (str, os.PathLike)) else None
     dests = {"dst": _destination(dst, "dst", overwrite, source)}
     if argsort_dst is not None:
@@ -354,8 +352,7 @@ def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str |
             raise FileNotFoundError(
                 f"temp_dir: {temp_dir} is not an existing directory; create it first, "
                 "or leave temp_dir out to keep the runs beside dst")
-    backend = backend_spec(resolve_backend(backend, x._meta), parse_budget(gpu_memory_budget))
-    return x, dests, backend, output_chunk(chunks, x.shape[0], x.numblocks[0]), temp_dir
+    return x, dests, options.spec(x._meta), options.chunk(x.shape[0], x.numblocks[0]), temp_dir
 
 
 def as_dask_array(a: Any, argname: str) -> da.Array:
