@@ -26,11 +26,11 @@ from gpusort.cuda.launch import Tiles, blocksort, every
 def _splitters(k: Kernels | Packing | Encoding, sample, descending: bool):
     """A bucket pass's splitters from its ``sample`` of ``BUCKETS * BUCKET_SAMPLE`` keys, as its count compares them.
 
-    Returns :data:`BUCKETS` keys, every :data:`BUCKET_SAMPLE`-th of the
+    Returns :data:`~gpusort.cuda.tuning.BUCKETS` keys, every :data:`~gpusort.cuda.tuning.BUCKET_SAMPLE`-th of the
     sample's stable sort (the first is its least key, no splitter).  The
     blocksort sorts the sample's tiles and ``sample_splitters`` finds each
     key's place in their merge (kernels/kernel_splitters.cuh): two launches
-    where merging the tiles took ten.  An :class:`Encoding`'s count compares
+    where merging the tiles took ten.  An :class:`~gpusort.cuda.build.Encoding`'s count compares
     exact keys, so its own blocksort loads the sample as exact keys; other
     counts compare keys in their own order, which the keys' own module sorts.
     """
@@ -67,7 +67,7 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     """``keys`` scattered into buckets for a keys-only sort into tiles of ``k.nv``, or ``None`` where that does not pay.
 
     Sample sort's partition.  Every ``n / (BUCKETS * BUCKET_SAMPLE)``-th
-    key is sampled; every :data:`BUCKET_SAMPLE`-th key of the sample's sort
+    key is sampled; every :data:`~gpusort.cuda.tuning.BUCKET_SAMPLE`-th key of the sample's sort
     is a splitter (:func:`_splitters`), and a key's bucket is how many
     splitters it does not precede (kernels/bucket_search.cuh).  Buckets are
     ranges of the order, so sorting each on its own sorts the whole, in

@@ -50,7 +50,7 @@ _UNPACK = "gpusort::unpack_positions"
 def expressions(nt: int, vt: int, key: np.dtype, value_size: int, descending: bool) -> dict:
     """The ``name_expressions`` of one module: every kernel a sort or merge launches.
 
-    The module of :data:`WORD` keys alone, ascending, also has the merges that
+    The module of :data:`~gpusort.cuda.tuning.WORD` keys alone, ascending, also has the merges that
     end a packed argsort by storing positions (``*_positions``).
     """
     key = np.dtype(key)
@@ -76,7 +76,7 @@ def expressions(nt: int, vt: int, key: np.dtype, value_size: int, descending: bo
 
 
 def packing_expressions(nt: int, vt: int, key: np.dtype, descending: bool) -> dict:
-    """The ``name_expressions`` of a packed argsort's blocksorts for ``key`` (:func:`packs`): to words, and to positions."""
+    """The ``name_expressions`` of a packed argsort's blocksorts for ``key`` (:func:`~gpusort.cuda.tuning.packs`): to words, and to positions."""
     w, none, up = KEY_TYPES[WORD], VALUE_TYPES[0], ORDERS[False]
     pack = f"gpusort::pack_positions<{KEY_TYPES[np.dtype(key)]}, {ORDERS[descending]}>"
     return {"blocksort": f"gpusort::kernel_blocksort<{nt}, {vt}, {w}, {none}, {up}, {pack}>",
@@ -85,11 +85,11 @@ def packing_expressions(nt: int, vt: int, key: np.dtype, descending: bool) -> di
 
 
 def encoding_expressions(nt: int, vt: int, key: np.dtype, descending: bool) -> dict:
-    """The ``name_expressions`` of a float sort's own kernels for an :data:`EXACT_FLOATS` ``key``.
+    """The ``name_expressions`` of a float sort's own kernels for an :data:`~gpusort.cuda.tuning.EXACT_FLOATS` ``key``.
 
     Its first kernels load floats as exact keys, its last ones store them
     back as floats, the kernels in between are the word's own
-    (:func:`exact_sort`).
+    (:func:`~gpusort.cuda.dispatch.exact_sort`).
     """
     key = np.dtype(key)
     w, none, up = KEY_TYPES[exact_word(key)], VALUE_TYPES[0], ORDERS[False]
@@ -111,7 +111,7 @@ def bucket_expressions(key: np.dtype, out: np.dtype, descending: bool, load: str
     from a sample sorted in that order.  With ``words`` the count compares
     the ``out`` words ``load`` makes of the keys, ascending (a float sort's
     exact keys), and the scatter moves the keys' bits as they are: the
-    blocksort after it loads them through ``load`` (:func:`_sort_words`).
+    blocksort after it loads them through ``load`` (:func:`~gpusort.cuda.dispatch._sort_words`).
     """
     k, w, o = KEY_TYPES[np.dtype(key)], KEY_TYPES[np.dtype(out)], ORDERS[descending]
     count_vt, scatter_vt = BUCKET_COUNT_VT, BUCKET_VT[np.dtype(out).itemsize]
@@ -242,7 +242,7 @@ class Packing(_Launch):
 
 @dataclass(frozen=True)
 class Encoding(_Launch):
-    """A float sort's first and last kernels for one (device, :data:`EXACT_FLOATS` key, order): floats in, floats out."""
+    """A float sort's first and last kernels for one (device, :data:`~gpusort.cuda.tuning.EXACT_FLOATS` key, order): floats in, floats out."""
 
     blocksort: Any
     blocksort_bits: Any

@@ -30,8 +30,8 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
               overwrite_input: bool = False, segment: int | None = None):
     """Stable sort of ``keys`` (and ``values`` with them) into new arrays.
 
-    ``keys`` is a contiguous 1-D CuPy array of a :data:`KEY_TYPES` dtype;
-    ``values`` is ``None`` or a contiguous array of a :data:`VALUE_DTYPES`
+    ``keys`` is a contiguous 1-D CuPy array of a :data:`~gpusort.cuda.tuning.KEY_TYPES` dtype;
+    ``values`` is ``None`` or a contiguous array of a :data:`~gpusort.cuda.tuning.VALUE_DTYPES`
     dtype and the same length.  With ``positions=True`` the values are the
     keys' positions (argsort), uint32 or uint64, made by the blocksort rather
     than read.  Returns ``(keys, values)``; ``values`` is ``None`` for a
@@ -42,7 +42,7 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
     the sort then holds two copies of the data, not three, which is what
     lets the out-of-core path keep two steps on a GPU at once.
 
-    ``segment`` (a :func:`segment_length`, ``nv * 2**m``, that divides the
+    ``segment`` (a :func:`~gpusort.cuda.tuning.segment_length`, ``nv * 2**m``, that divides the
     length) sorts every ``segment`` consecutive keys on their own: the
     blocksort's tiles never cross a segment, and a pass over runs of ``L``
     keys merges runs that start at multiples of ``2L`` (two-way) or ``4L``
@@ -51,8 +51,8 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
     instead of at ``ceil(log2(n / nv))``.  Positions (``positions=True``)
     still count from the start of ``keys``.
 
-    A keys-only sort of :data:`BUCKET_MIN_BYTES` or more without
-    ``segment`` may begin with a bucket pass (:func:`bucket_pass`).
+    A keys-only sort of :data:`~gpusort.cuda.tuning.BUCKET_MIN_BYTES` or more without
+    ``segment`` may begin with a bucket pass (:func:`~gpusort.cuda.buckets.bucket_pass`).
     """
     import cupy
 
@@ -101,9 +101,9 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
 def packed_argsort(keys, *, descending: bool = False):
     """int64 positions that sort 1-D ``keys`` stably, by a keys-only sort of packed words.
 
-    ``keys``: a contiguous CuPy array of a :func:`packs` dtype, fewer than
+    ``keys``: a contiguous CuPy array of a :func:`~gpusort.cuda.tuning.packs` dtype, fewer than
     2**32 of them.  Each key's radix word and its position are packed into
-    one :data:`WORD` as the first kernel loads the keys (the blocksort, or
+    one :data:`~gpusort.cuda.tuning.WORD` as the first kernel loads the keys (the blocksort, or
     the scatter of a bucket pass), and the last kernel stores the positions
     (kernels/packed_positions.cuh): no pass of its own packs or unpacks.
     Holds two arrays of ``keys.size`` words; the positions are returned in
@@ -119,7 +119,7 @@ def packed_argsort(keys, *, descending: bool = False):
 
 
 def exact_sort(keys, *, descending: bool = False):
-    """1-D :data:`EXACT_FLOATS` ``keys`` sorted stably (NaN last), by their exact order keys, into new memory.
+    """1-D :data:`~gpusort.cuda.tuning.EXACT_FLOATS` ``keys`` sorted stably (NaN last), by their exact order keys, into new memory.
 
     A keys-only sort of unsigned integers (kernels/exact_keys.cuh): the
     first kernel (the blocksort, or a bucket pass's count and the blocksort

@@ -119,7 +119,7 @@ def merge_pass(k: Kernels, a_keys, a_values, b_keys, b_values, run: int, a_count
     """One merge pass (kernels/merge_pass.cuh): partition, then merge tile by tile.
 
     ``a_starts`` (int64, at least one per output tile) receives the partition;
-    ``kernel``: ``k.merge`` (the default), or a last pass's that stores something else (:class:`_Last`).
+    ``kernel``: ``k.merge`` (the default), or a last pass's that stores something else (:class:`~gpusort.cuda.dispatch._Last`).
     """
     runs = (np.int64(run), np.int64(a_count), np.int64(b_count))
     few = tiles.count <= tuning.PARTITION_GROUP_TILES
@@ -134,7 +134,7 @@ def merge_pass_four(k: Kernels, keys, run: int, count: int, splits, out_keys, ti
     """One four-way merge pass over runs of ``run`` keys (kernels/merge_pass.cuh), keys only.
 
     ``splits`` (int64, four per output tile) receives the partition;
-    ``kernel``: ``k.merge_four`` (the default), or a last pass's that stores something else (:class:`_Last`).
+    ``kernel``: ``k.merge_four`` (the default), or a last pass's that stores something else (:class:`~gpusort.cuda.dispatch._Last`).
     """
     k.partition_four(
         (-(-tiles.count // PARTITION_NT),),

@@ -191,7 +191,7 @@ def exact_word(key: np.dtype) -> np.dtype:
 
 
 def packs(key: np.dtype) -> bool:
-    """Whether :func:`packed_argsort` takes keys of this dtype: kernel keys of at most 4 bytes.
+    """Whether :func:`~gpusort.cuda.dispatch.packed_argsort` takes keys of this dtype: kernel keys of at most 4 bytes.
 
     Examples
     --------
@@ -215,7 +215,7 @@ VERIFY_NT = 256
 def segment_length(length: int, nv: int) -> int:
     """The smallest ``nv * 2**m`` that holds ``length`` keys: the padded row of a segmented sort.
 
-    Segments of this length, laid end to end, are what :func:`mergesort`'s
+    Segments of this length, laid end to end, are what :func:`~gpusort.cuda.dispatch.mergesort`'s
     ``segment=`` sorts: tiles of ``nv`` never cross one, and the merge passes
     that pair runs of ``nv`` to ``segment / 2`` keys pair them only inside one.
     Past one tile the pad is less than ``length`` (at most 2x the memory).
