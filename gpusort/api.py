@@ -427,17 +427,6 @@ def resolve_backend(backend: str | None, meta: Any) -> str:
     return backend
 
 
-def output_chunk(chunks: Any, n: int, nparts: int) -> int:
-    """The output chunk length: ``chunks``, or one that keeps ``nparts`` chunks."""
-    if chunks is None:
-        return max(1, math.ceil(n / max(nparts, 1)))
-    if isinstance(chunks, bool) or not isinstance(chunks, numbers.Integral):
-        raise TypeError(f"chunks must be a positive int (the output chunk length); got {chunks!r}")
-    if chunks <= 0:
-        raise ValueError(f"chunks must be a positive int (the output chunk length); got {chunks}")
-    return int(min(chunks, max(n, 1)))
-
-
 @dataclasses.dataclass(frozen=True)
 class SortOptions:
     """What every sort takes besides its arrays, checked once, where the user passed it.
@@ -469,8 +458,10 @@ class SortOptions:
            gpu_memory_budget: Any = None) -> "SortOptions":
         """The options as the user passed them, each checked: a clear error names the argument and the fix."""
         check_flag(descending, "descending")
-        if chunks is not None:
-            output_chunk(chunks, 1, 1)
+        if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, numbers.Integral)):
+            raise TypeError(f"chunks must be a positive int (the output chunk length); got {chunks!r}")
+        if chunks is not None and chunks <= 0:
+            raise ValueError(f"chunks must be a positive int (the output chunk length); got {chunks}")
         if backend is not None and backend not in BACKENDS:
             raise ValueError(f"backend={backend!r} is not known; use one of {BACKENDS} or None")
         return cls(bool(descending), None if chunks is None else int(chunks), backend,
@@ -481,8 +472,10 @@ class SortOptions:
         return backend_spec(resolve_backend(self.backend, meta), self.gpu_memory_budget)
 
     def chunk(self, n: int, nparts: int) -> int:
-        """The output chunk length for ``n`` keys in ``nparts`` input chunks (:func:`output_chunk`)."""
-        return output_chunk(self.chunks, n, nparts)
+        """The output chunk length for ``n`` keys in ``nparts`` input chunks: ``chunks``, or one that keeps ``nparts``."""
+        if self.chunks is None:
+            return max(1, math.ceil(n / max(nparts, 1)))
+        return min(self.chunks, max(n, 1))
 
 
 def _sort(keys, values, options: SortOptions, *, positions, keys_returned=True):
@@ -503,7 +496,7 @@ def _sort_any(keys: list, axis, options: SortOptions, *, positions: bool) -> da.
         if k.shape != first.shape:
             raise ValueError(f"keys have shapes {first.shape} and {k.shape}; every key must have the same shape")
     if options.chunks is None and first.ndim == 1:  # the number of chunks the output keeps: empty ones count
-        options = dataclasses.replace(options, chunks=output_chunk(None, first.shape[0], first.numblocks[0]))
+        options = dataclasses.replace(options, chunks=options.chunk(first.shape[0], first.numblocks[0]))
     if first.size == 0 and any(k.chunks != first.chunks for k in keys):
         # Empty keys in other chunkings (a rechunk keeps their numbers of empty chunks): empty in the last one's.
         keys = [da.from_array(k._meta.reshape(first.shape), chunks=first.chunks, asarray=False) for k in keys]
