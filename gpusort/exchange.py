@@ -348,7 +348,8 @@ class SortRun(ShuffleRun[int, Any]):
         else:
             inner = cuts[1:-1]
             plan = await self.offload(corank.plan_windows, [e[2] for e in everyone], lengths, inner, g)
-            windows = await self.offload(lambda: [corank.window_keys(r.keys, plan, index[r.label]) for r in runs])
+            windows = await self.offload(lambda held: [corank.window_keys(r.keys, plan, index[r.label]) for r in held],
+                                         runs)
             received = await self._all_to_all(("windows", attempt), windows, ([r.label for r in runs],), me)
             by_label = {label: w for arrays, header in received for label, w in zip(header[3], arrays)}
             splits = await self.offload(corank.split_vectors, lengths, inner, plan,
@@ -443,7 +444,6 @@ class SortRun(ShuffleRun[int, Any]):
 
         messages = [(w, slices(w)) for w in self.owners if w != self.local_address]
         own = slices(self.local_address)
-        del runs
         tag = ("slabs", attempt)
         await asyncio.gather(*(self._deliver(w, [(_framed(arrays), (*tag, me, *header))])
                                for w, (arrays, header) in messages))

@@ -5,11 +5,15 @@ from CuPy's on-disk cache and loaded onto the GPU, tens of milliseconds a
 set (compiled first, seconds, where the cache lacks it: ``gpusort
 compile``).  A worker's first sort would pay that on its critical path.
 :class:`WarmKernels`, a distributed worker plugin, loads the sets that most
-sorts use in a background thread as each worker starts, while the user's
-data is still being loaded; a sort that needs a set still loading waits for
-it rather than loading it again (:func:`gpusort.cuda.build.kernels`).
-:func:`gpusort.runtime.cluster` registers it on the GPU clusters it starts;
-on another cluster, ``client.register_plugin(WarmKernels())``.
+sorts use in a background thread as each worker starts; a sort that needs a
+set still loading waits for it rather than loading it again
+(:func:`gpusort.cuda.build.kernels`).  That thread holds the interpreter
+for about half a second (mostly :func:`map_modules`, below), and a sort
+that starts beside it runs at a fraction of its speed, so
+:func:`gpusort.runtime.cluster` registers it on the GPU clusters it starts
+and returns once every worker has finished (:func:`wait_for_kernels`); on
+another cluster, ``client.register_plugin(WarmKernels())``, then
+``wait_for_kernels(client)``.
 
 Distributed runs a P2P output task first wherever the scheduler places it
 and, where that is not the worker that holds its chunk, raises
@@ -115,6 +119,24 @@ class WarmKernels(WorkerPlugin):
             map_modules()
         finally:
             self.done.set()
+
+
+def wait_for_kernels(client: Any, timeout: float = 120.0) -> None:
+    """Return once :class:`WarmKernels` has finished on every worker of ``client`` that has it.
+
+    Workers without the plugin return at once; one still loading after
+    ``timeout`` seconds is left to finish on its own.
+
+    Examples
+    --------
+    >>> client.register_plugin(WarmKernels()); wait_for_kernels(client)  # doctest: +SKIP
+    """
+    client.run(_kernels_loaded, timeout)
+
+
+def _kernels_loaded(timeout: float, dask_worker: Any) -> bool:
+    plugin = dask_worker.plugins.get(WarmKernels.name)
+    return plugin is None or plugin.done.wait(timeout)
 
 
 def warm_links(client: Any, nbytes: int = 16 * 2**20) -> None:

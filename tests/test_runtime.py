@@ -6,6 +6,7 @@ import argparse
 import io
 import subprocess
 import sys
+import threading
 import time
 
 import dask
@@ -175,3 +176,21 @@ def test_warm_links_sends_between_every_ordered_pair_of_workers(monkeypatch):
     assert {w: len(set(senders)) for w, senders in received.items()} == dict.fromkeys(received, 2)
     assert all(w not in senders for w, senders in received.items())
 
+
+
+def test_wait_for_kernels_returns_once_every_worker_has_loaded(monkeypatch):
+    """A cluster is handed over only after the plugin's thread ends: a sort beside it would share the interpreter."""
+    from distributed import Client, LocalCluster
+
+    from gpusort import warmup
+
+    loading = threading.Event()
+    monkeypatch.setattr(warmup, "warm", lambda sorts: (loading.set(), time.sleep(0.5)))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        client.register_plugin(warmup.WarmKernels())
+        loading.wait(10)
+        plugins = [w.plugins[warmup.WarmKernels.name] for w in cluster.workers.values()]
+        assert not all(p.done.is_set() for p in plugins)  # still loading: the wait below has work to do
+        warmup.wait_for_kernels(client)
+        assert all(p.done.is_set() for p in plugins)

@@ -199,10 +199,11 @@ def cluster(
         client = Client(started)
         client.wait_for_workers(len(started.workers))
         if resolved == "cuda":
-            from gpusort.warmup import WarmKernels, warm_links
+            from gpusort.warmup import WarmKernels, wait_for_kernels, warm_links
 
             client.register_plugin(WarmKernels())
             warm_links(client)
+            wait_for_kernels(client)
         yield _ready(client, dashboard)
         # Tens of GiB of pinned memory to unmap would outlast the nanny's patience at close.
         client.run(_free_pinned_memory)
