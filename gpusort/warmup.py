@@ -23,6 +23,12 @@ such pickle in a process maps every imported module to its file
 imports number thousands, on the first sort's critical path.  The plugin's
 thread maps them once the kernels are loaded (:func:`map_modules`).
 
+A GPU worker's heap holds millions of objects from its imports, and a full
+garbage collection walks them all, stalling the worker for longer than a
+sort's phases take, every few sorts.  Once its kernels are loaded and its
+modules mapped, the plugin moves them out of the collector's way
+(:func:`gc.freeze`): full collections walk only what came since.
+
 Between GPU workers the first exchange also opens their links: UCX
 endpoints, and each worker maps the memory pool its peers send from (once
 per pool allocation, seconds for a large pool).  :func:`warm_links` sends a
@@ -32,6 +38,7 @@ sort meets open links.
 
 from __future__ import annotations
 
+import gc
 import inspect
 import logging
 import threading
@@ -86,7 +93,7 @@ def map_modules() -> None:
 
 
 class WarmKernels(WorkerPlugin):
-    """A worker plugin: :func:`warm`, then :func:`map_modules`, in a background thread as each worker starts.
+    """A worker plugin: :func:`warm`, :func:`map_modules`, then :func:`gc.freeze`, in a background thread as each worker starts.
 
     Parameters
     ----------
@@ -117,6 +124,7 @@ class WarmKernels(WorkerPlugin):
             logger.warning("gpusort: loading kernels as the worker started failed: %s", exc)
         try:
             map_modules()
+            gc.freeze()
         finally:
             self.done.set()
 

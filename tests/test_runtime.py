@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import subprocess
 import sys
@@ -194,3 +195,13 @@ def test_wait_for_kernels_returns_once_every_worker_has_loaded(monkeypatch):
         assert not all(p.done.is_set() for p in plugins)  # still loading: the wait below has work to do
         warmup.wait_for_kernels(client)
         assert all(p.done.is_set() for p in plugins)
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
+    assert frozen > 0  # the workers' (here this process's) imports stay out of full collections
+
+
+def test_a_local_cluster_freezes_this_process_heap_while_it_runs():
+    gc.unfreeze()
+    with runtime.cluster("local", workers=1, threads=1) as client:
+        assert client is not None and gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import importlib.util
 import logging
 import os
@@ -147,6 +148,11 @@ def cluster(
     word from the scheduler, the nannies or the workers, so the caller's
     one line says it all.
 
+    A local cluster's scheduler runs in this process: while the block runs,
+    the objects this process held as it began are frozen (:func:`gc.freeze`,
+    undone on exit), so that the collector's full passes do not stall the
+    scheduler by walking them.
+
     Raises
     ------
     ValueError
@@ -204,7 +210,8 @@ def cluster(
             client.register_plugin(WarmKernels())
             warm_links(client)
             wait_for_kernels(client)
-        yield _ready(client, dashboard)
+        with _heap_frozen():
+            yield _ready(client, dashboard)
         # Tens of GiB of pinned memory to unmap would outlast the nanny's patience at close.
         client.run(_free_pinned_memory)
     except KeyboardInterrupt:
@@ -224,6 +231,22 @@ def cluster(
             except Exception as exc:  # a nanny that had to kill its slow-exiting worker: the work is done
                 if not interrupted:
                     print(f"(cluster close: {type(exc).__name__}: {exc})", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _heap_frozen() -> Iterator[None]:
+    """This process's objects so far kept out of the garbage collector's full passes, for the block.
+
+    A local cluster's scheduler runs in this process, beside all it has
+    imported: a full collection walks every object, and the scheduler waits
+    meanwhile, every few sorts.  What turns into cyclic garbage while frozen
+    is collected after the block.
+    """
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def dask_config(**settings: Any) -> contextlib.AbstractContextManager:
