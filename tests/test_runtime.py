@@ -205,3 +205,15 @@ def test_a_local_cluster_freezes_this_process_heap_while_it_runs():
     with runtime.cluster("local", workers=1, threads=1) as client:
         assert client is not None and gc.get_freeze_count() > 0
     assert gc.get_freeze_count() == 0
+
+
+def test_a_local_cluster_leaves_a_heap_the_caller_froze_as_it_was():
+    gc.unfreeze()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with runtime.cluster("local", workers=1, threads=1):
+            assert 0 < gc.get_freeze_count() <= frozen  # nothing more frozen (frozen objects can be freed)
+        assert 0 < gc.get_freeze_count() <= frozen  # the caller's freeze outlives the cluster
+    finally:
+        gc.unfreeze()

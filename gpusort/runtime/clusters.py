@@ -150,8 +150,9 @@ def cluster(
 
     A local cluster's scheduler runs in this process: while the block runs,
     the objects this process held as it began are frozen (:func:`gc.freeze`,
-    undone on exit), so that the collector's full passes do not stall the
-    scheduler by walking them.
+    undone on exit; not where the process had frozen objects itself), so
+    that the collector's full passes do not stall the scheduler by walking
+    them.
 
     Raises
     ------
@@ -240,8 +241,12 @@ def _heap_frozen() -> Iterator[None]:
     A local cluster's scheduler runs in this process, beside all it has
     imported: a full collection walks every object, and the scheduler waits
     meanwhile, every few sorts.  What turns into cyclic garbage while frozen
-    is collected after the block.
+    is collected after the block.  A process that froze objects itself (a
+    server about to fork) keeps its own arrangement: nothing is done.
     """
+    if gc.get_freeze_count():
+        yield
+        return
     gc.freeze()
     try:
         yield
