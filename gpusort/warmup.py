@@ -93,7 +93,7 @@ def map_modules() -> None:
 
 
 class WarmKernels(WorkerPlugin):
-    """A worker plugin: :func:`warm`, :func:`map_modules`, then :func:`gc.freeze`, in a background thread as each worker starts.
+    """A worker plugin: :func:`warm`, :func:`map_modules`, then :func:`gc.freeze`, in a thread as each worker starts.
 
     Parameters
     ----------
