@@ -105,9 +105,10 @@ def sent() -> dict[str, int]:
 def phase_seconds(since: float = 0.0) -> dict[str, float]:
     """Seconds this process's exchanges that started at ``since`` (``time.time()``) or later spent in each phase.
 
-    The phases (:data:`PHASES`) run inside P2P's barrier, not as tasks of
-    their own, so the task stream cannot tell them apart:
-    :func:`gpusort.runtime.task_costs` reads them here, on every worker.
+    The phases (:data:`PHASES`) run on each owner once P2P's barrier has
+    started them, not as tasks of their own, so the task stream cannot tell
+    them apart: :func:`gpusort.runtime.task_costs` reads them here, on every
+    worker.
     """
     out = dict.fromkeys(PHASES, 0.0)
     with _lock:

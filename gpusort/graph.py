@@ -21,8 +21,8 @@
 * **Across worker processes** the runs are formed where the chunks live and
   exchanged once, in bulk, by distributed's P2P machinery
   (:mod:`gpusort.exchange`): ``transfer-`` tasks hand each worker its chunks,
-  P2P's barrier runs the sort on every worker at once, and one task per
-  output chunk takes its view.
+  P2P's barrier starts the sort on every worker at once, and one task per
+  output chunk waits for its owner's merge and takes its view.
 
 Either way the graph has ``O(P + J)`` tasks for ``P`` input and ``J`` output
 chunks.  Phase 1 (:func:`form_runs`) and phases 2-3 (:func:`merge_sorted_runs`)
@@ -52,9 +52,10 @@ from gpusort.backends import MOVABLE_VALUE_BYTES, BackendSpec, Pair
 #: The sort's phases and the task-name prefixes of each, in the order they run.
 #: Timing by phase (:mod:`gpusort.runtime`, the benchmarks, the workflows) reads
 #: the scheduler's task stream through this table, so it lives with the graph
-#: that names the tasks.  Across workers the phases run inside P2P's barrier
-#: task (``shuffle-``), and each worker times them itself
-#: (:func:`gpusort.exchange.phase_seconds`).
+#: that names the tasks.  Across workers the phases run on every owner once
+#: P2P's barrier (``shuffle-``) has started them, and each worker times them
+#: itself (:func:`gpusort.exchange.phase_seconds`); the output tasks
+#: (``sorted-``) then wait for the merge, so their seconds count that wait.
 PHASES: dict[str, tuple[str, ...]] = {
     "runs": ("runs",),
     "splitters": ("splits",),

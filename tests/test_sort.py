@@ -79,10 +79,10 @@ def test_every_gathers_a_gpu_sample_like_numpy(layout):
     from gpusort.arrays import every
 
     rows = np.random.default_rng(5).integers(0, 2**62, (1001, 3)).astype(np.uint64)
-    on_gpu = cupy.asarray(rows)
-    x, gpu = {"1-D": (rows[:, 0].copy(), cupy.asarray(rows[:, 0].copy())), "rows": (rows, on_gpu),
+    rows_gpu = cupy.asarray(rows)
+    x, gpu = {"1-D": (rows[:, 0].copy(), cupy.asarray(rows[:, 0].copy())), "rows": (rows, rows_gpu),
               "reversed": (rows[::-1, 1], cupy.asarray(rows[:, 1].copy())[::-1]),
-              "column": (rows[:, 2], on_gpu[:, 2])}[layout]
+              "column": (rows[:, 2], rows_gpu[:, 2])}[layout]
     for step, start in [(1, 0), (7, 3), (1000, 999), (5000, 0), (3, 1001)]:
         got = every(gpu, step, start)
         assert isinstance(got, np.ndarray) and got.flags.c_contiguous

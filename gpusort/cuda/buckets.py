@@ -76,14 +76,14 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     ``k`` loads.  The scatter writes ``out_dtype`` keys (through ``k``'s
     load policy: a packed argsort's words; a float sort's keep their bits)
     into new memory, and runs only where it saves
-    :data:`tuning.BUCKET_LEVELS_SAVED` levels (keys of a few values, or all equal,
+    :data:`~gpusort.cuda.tuning.BUCKET_LEVELS_SAVED` levels (keys of a few values, or all equal,
     fill one bucket and save none).
 
     The kernels decide that themselves (kernels/kernel_buckets.cuh): the
     host launches every step, the scatter included, and then reads back the
     summary (tiles, levels, scatter or not: :func:`_read_summary`) while the
     scatter runs, so the GPU never waits on that read.  ``None`` also below
-    :data:`tuning.BUCKET_MIN_BYTES` of ``out_dtype`` (or four samples).
+    :data:`~gpusort.cuda.tuning.BUCKET_MIN_BYTES` of ``out_dtype`` (or four samples).
     """
     import cupy
 

@@ -3,8 +3,8 @@
 Every kernel is a ``name_expressions`` entry of a :class:`cupy.RawModule`,
 compiled once per (device, key type, value width, order), family by family
 in threads (:data:`FAMILIES`), and cached by CuPy in memory and on disk;
-:func:`kernels`, :func:`packing`, :func:`encoding` and
-:func:`verify_kernels` hand out the loaded kernels.  A source that NVRTC
+:func:`kernels`, :func:`packing`, :func:`encoding`, :func:`verify_kernels`
+and :func:`beyond_kernel` hand out the loaded kernels.  A source that NVRTC
 rejects raises :class:`KernelCompileError` with the cited lines.
 """
 

@@ -148,9 +148,11 @@ def task_costs(client: Any, start: float) -> dict[str, dict[str, float]]:
     Each phase of :data:`gpusort.graph.PHASES` (in its order), and the name
     prefix of any other task, maps to ``{"tasks": count, "seconds": compute
     seconds summed over its tasks, "bytes": their output bytes}``.  Clients
-    from :func:`cluster` record the task stream from the start.  The
-    seconds of an exchange's phases, which run inside P2P's barrier task
-    (``shuffle``), come from the workers (:func:`gpusort.exchange.phase_seconds`).
+    from :func:`gpusort.runtime.clusters.cluster` record the task stream
+    from the start.  The seconds of an exchange's phases, which its owners
+    run once P2P's barrier task (``shuffle``) has started them, come from
+    the workers (:func:`gpusort.exchange.phase_seconds`).  Its output tasks
+    wait for their owner's merge, and "merges" counts that wait as well.
     """
     from gpusort.graph import PHASES
 
@@ -162,7 +164,7 @@ def task_costs(client: Any, start: float) -> dict[str, dict[str, float]]:
         entry["tasks"] += 1
         entry["seconds"] += sum(s["stop"] - s["start"] for s in task["startstops"] if s["action"] == "compute")
         entry["bytes"] += task.get("nbytes", 0)
-    # An exchange runs its phases inside P2P's barrier task: each worker timed them.
+    # An exchange's phases are no tasks of their own: each worker timed them.
     for worker_seconds in client.run(exchange_seconds, start).values():
         for phase, seconds in worker_seconds.items():
             costs[phase]["seconds"] += seconds
