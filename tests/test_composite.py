@@ -111,6 +111,31 @@ def test_argsort_column_narrows_near_the_extremes(dtype):
         np.testing.assert_array_equal(composite.argsort_column(keys), np.argsort(keys, kind="stable"))
 
 
+@pytest.mark.parametrize("dtype", ["int64", "uint64", "int32", "uint32"])
+def test_argsort_column_is_the_stable_argsort(dtype):
+    """Value-sort passes over the full range, few distinct keys, sorted, reversed, constant, empty, one key."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(1)
+    full = rng.integers(info.min, info.max, 5000, dtype=dtype, endpoint=True)
+    full[:2] = info.min, info.max
+    for keys in (full, full[rng.integers(0, 40, 5000)], np.sort(full), np.sort(full)[::-1],
+                 np.full(7, info.min, dtype), full[:0], full[:1]):
+        np.testing.assert_array_equal(composite.argsort_column(keys), np.argsort(keys, kind="stable"))
+
+
+def test_argsort_words_spans_passes_across_columns():
+    """Columns of several kinds and widths whose bits need several passes: lexsort's stable order."""
+    rng = np.random.default_rng(2)
+    n = 3000
+    columns = [rng.integers(-3, 3, n).astype(np.int8), rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True),
+               rng.integers(-(2**31), 2**31, n).astype(np.int32), np.full(n, 5, np.uint16),
+               rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64, endpoint=True)]
+    for q in (1, 4):
+        columns[q][rng.integers(0, n, 300)] = columns[q][0]  # ties within a column: the next ones decide
+    np.testing.assert_array_equal(composite.argsort_words(columns), np.lexsort(columns[::-1]))
+    assert composite.argsort_words([]).tolist() == []
+
+
 @pytest.mark.parametrize("x", [np.arange(24, dtype=np.uint8).reshape(6, 4),
                                np.arange(12, dtype=">u4").reshape(6, 2)[::2],
                                np.arange(10, dtype=np.float64).reshape(5, 2)[:, :1],

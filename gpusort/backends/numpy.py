@@ -27,10 +27,10 @@ class NumpyBackend:
         return keys[order], take_rows(values, order)
 
     def merge_runs(self, runs: Sequence[Pair]) -> Pair:
-        """Stable k-way merge of the runs: :meth:`sort_run` of their concatenation.
+        """Stable k-way merge of the runs: a stable sort of their concatenation that finds the runs.
 
         NumPy has no merge primitive, but its sorts are one here.  With values,
-        the stable sort: timsort finds the P sorted runs of the concatenation
+        the stable argsort: timsort finds the P sorted runs of the concatenation
         in one linear scan and merges them pairwise, balanced, with galloping
         -- n·log2(P) comparisons, in C, ties kept in run order (for 8- and
         16-bit keys it is a linear radix pass).  Keys alone take the same
@@ -52,10 +52,8 @@ class NumpyBackend:
                 return keys, None
             return _sort_keys(keys, runs=True), None
         values = np.concatenate([v for _, v in runs], dtype=runs[0][1].dtype)
-        if keys.ndim == 2:
-            order = argsort_rows(keys, runs=True)
-            return take_rows(keys, order), take_rows(values, order)
-        return self.sort_run(keys, values)
+        order = argsort_rows(keys, runs=True) if keys.ndim == 2 else np.argsort(keys, kind="stable")
+        return take_rows(keys, order), take_rows(values, order)
 
     def is_sorted(self, keys: np.ndarray) -> bool:
         step = max(1, len(keys) // SORTED_SAMPLE)
