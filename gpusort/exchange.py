@@ -597,9 +597,12 @@ def _active_run(plugin: Any, id: ShuffleId, run_id: int | None = None) -> SortRu
 
     Read without the round trip to the worker's event loop that the plugin's
     own lookups make, once a task, on a loop busy with every task's messages.
+    A run that has failed is left to those lookups, which raise its error.
     """
     run = plugin.shuffle_runs._active_runs.get(id)
-    return run if run is not None and run_id in (None, run.run_id) else None
+    if run is None or run_id not in (None, run.run_id) or run._exception is not None:
+        return None
+    return run
 
 
 def _unpack(id: ShuffleId, j: int, run_id: int) -> Any:
@@ -619,7 +622,7 @@ def exchange_layer(parts: list[tuple[int | None, list, list]], token: str, spec_
     output tasks, ``(name, j)`` for output chunk ``j``.
     """
     id = ShuffleId(token)
-    transfer, out = "transfer-" + token, "sorted-" + token
+    transfer, out = "transfer-" + token, "output-" + token
     dsk: dict = {}
     refs = []
     for k, (offset, declared, inputs) in enumerate(parts):

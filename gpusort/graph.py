@@ -54,8 +54,8 @@ from gpusort.backends import MOVABLE_VALUE_BYTES, BackendSpec, Pair
 #: the scheduler's task stream through this table, so it lives with the graph
 #: that names the tasks.  Across workers the phases run on every owner once
 #: P2P's barrier (``shuffle-``) has started them, and each worker times them
-#: itself (:func:`gpusort.exchange.phase_seconds`); the output tasks
-#: (``sorted-``) then wait for the merge, so their seconds count that wait.
+#: itself (:func:`gpusort.exchange.phase_seconds`); P2P's output tasks
+#: (``output-``) wait for the merge, so their seconds, that wait, are in no phase.
 PHASES: dict[str, tuple[str, ...]] = {
     "runs": ("runs",),
     "splitters": ("splits",),

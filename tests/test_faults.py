@@ -41,7 +41,7 @@ class Sabotage(WorkerPlugin):
     ``arm(directory, layer, index)`` arms task ``index`` (the first key index
     after the name, ``None`` for one-task layers) of the layer whose name
     starts with ``layer`` (``runs``, ``splits``, ``merge``, ``transfer``,
-    ``shuffle``, ``sorted``; fused names such as ``merge-sorted`` count as
+    ``shuffle``, ``output``, ``sorted``; fused names such as ``merge-sorted`` count as
     ``merge``), or, with ``index=None``, the step of an exchange that runs
     inside P2P's barrier on every worker (:data:`EXCHANGE_STEPS`).  ``times``
     arms that many kills of the same task.
@@ -178,7 +178,7 @@ def descending_order(x: np.ndarray) -> np.ndarray:
 # and P2P restarts the exchange (transfers, the barrier, the sort on every
 # worker, the output views).
 PHASES = [("transfer", 6), ("shuffle", None), ("exchange:runs", None), ("exchange:samples", None),
-          ("exchange:swap", None), ("exchange:merge", None), ("sorted", 5)]
+          ("exchange:swap", None), ("exchange:merge", None), ("output", 5)]
 ONE_CHUNK_PER_TASK = {"gpusort.task-bytes": 0}
 
 
@@ -206,7 +206,7 @@ def test_worker_killed_mid_phase_result_exact(client, layer, index):
 def test_worker_killed_twice_during_argsort_merges(client):
     n = 90_001
     x = skewed(7, n)
-    markers = arm(client.arms, "sorted", 2, times=2)  # the retried task dies again
+    markers = arm(client.arms, "output", 2, times=2)  # the retried task dies again
     with dask.config.set(ONE_CHUNK_PER_TASK):
         got = client.compute(gpusort.argsort(da.from_array(x, chunks=7_000), descending=True), sync=True)
     assert len({fired_pid(m) for m in markers}) == 2
@@ -419,7 +419,7 @@ def test_sort_zarr_unreadable_chunk_error_names_the_chunk(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("layer, index", [("runs", 3), ("splits", None), ("merge", 2),
-                                          ("transfer", 3), ("exchange:swap", None), ("sorted", 2)])
+                                          ("transfer", 3), ("exchange:swap", None), ("output", 2)])
 def test_worker_killed_on_local_cuda_cluster(tmp_path, layer, index):
     """One GPU worker runs the graph of one process; several exchange, and are killed in the exchange."""
     cupy = pytest.importorskip("cupy")

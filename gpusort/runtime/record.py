@@ -152,7 +152,8 @@ def task_costs(client: Any, start: float) -> dict[str, dict[str, float]]:
     from the start.  The seconds of an exchange's phases, which its owners
     run once P2P's barrier task (``shuffle``) has started them, come from
     the workers (:func:`gpusort.exchange.phase_seconds`).  Its output tasks
-    wait for their owner's merge, and "merges" counts that wait as well.
+    (``output``) wait for their owner's merge: a line of their own, so that
+    no phase counts that wait.
     """
     from gpusort.graph import PHASES
 
