@@ -52,8 +52,6 @@ class HostPool:
         first array is asked for, and again after the block was dropped.
     idle_seconds : float
         How long the block stays while nothing is leased.
-    dropped : callable, optional
-        Called once a dropped block is gone (an allocator's cache to empty).
 
     Examples
     --------
@@ -67,12 +65,10 @@ class HostPool:
     0
     """
 
-    def __init__(self, nbytes: int, allocate: Callable[[int], np.ndarray], idle_seconds: float = 30.0,
-                 dropped: Callable[[], None] | None = None):
+    def __init__(self, nbytes: int, allocate: Callable[[int], np.ndarray], idle_seconds: float = 30.0):
         self.nbytes = int(nbytes)
         self.idle_seconds = idle_seconds
         self._allocate = allocate
-        self._dropped = dropped
         self._block: np.ndarray | None = None
         self._free: list[tuple[int, int]] = []  # (start, size), sorted by start, coalesced
         self._leased = 0
@@ -125,8 +121,6 @@ class HostPool:
             if self._leased or self._block is None:
                 return False
             self._block, self._free = None, []
-        if self._dropped is not None:
-            self._dropped()
         return True
 
     @contextlib.contextmanager

@@ -174,6 +174,27 @@ def test_runs_from_the_run_pool_are_exact_and_go_back_to_it():
     assert pool.release() and pool.held_bytes() == 0
 
 
+def test_a_registered_block_is_pinned_until_it_is_freed():
+    """The run pool's block: zeroed, page-locked for DMA in one registration, unregistered as it is freed."""
+    import gc
+
+    from gpusort import staging
+
+    block = staging.registered_block(8 * 2**20 + 5)
+    assert staging.is_pinned(block) and staging.is_pinned(block[4097:]) and not block.any()
+    dev = cupy.arange(len(block), dtype=np.uint8)
+    dev.get(out=block)
+    np.testing.assert_array_equal(block, cupy.asnumpy(dev))
+    at = block.ctypes.data
+    del block
+    gc.collect()
+    try:
+        kind = cupy.cuda.runtime.pointerGetAttributes(at).type
+    except cupy.cuda.runtime.CUDARuntimeError:  # an address CUDA does not know at all
+        kind = 0
+    assert kind != 1  # no longer registered host memory
+
+
 def test_pinned_staging_is_the_setting_however_much_data():
     """A fresh process with ``gpusort.pinned-bytes`` of 4 MiB sorts 128 MiB of host keys through 4 MiB a GPU.
 

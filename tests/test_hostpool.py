@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -12,14 +13,14 @@ import pytest
 from gpusort.hostpool import ALIGN, HostPool
 
 
-def block_pool(nbytes: int = 2**20, idle: float = 30.0, dropped=None) -> tuple[HostPool, list]:
+def block_pool(nbytes: int = 2**20, idle: float = 30.0) -> tuple[HostPool, list]:
     made: list = []
 
     def allocate(n: int) -> np.ndarray:
         made.append(np.zeros(n, np.uint8))
         return made[-1]
 
-    return HostPool(nbytes, allocate, idle, dropped), made
+    return HostPool(nbytes, allocate, idle), made
 
 
 def test_arrays_are_aligned_writable_and_inside_the_block():
@@ -80,14 +81,16 @@ def test_the_block_is_dropped_only_when_idle_and_taken_again_on_demand():
 
 
 def test_a_block_left_idle_is_dropped_with_nobody_asking():
-    dropped: list = []
-    pool, made = block_pool(2**16, idle=0.05, dropped=lambda: dropped.append(True))
+    """The pool lets go of its block itself: the block is freed (a registered one unregistered) with no call."""
+    blocks: list = []
+    pool = HostPool(2**16, lambda n: blocks.append(np.zeros(n, np.uint8)) or blocks[-1], 0.05)
     a = pool.empty(10, np.int32)
+    block = weakref.ref(blocks.pop())
     del a  # the last lease: the idle clock starts here, not at the pool's next call
     deadline = time.time() + 5
-    while not dropped and time.time() < deadline:
+    while block() is not None and time.time() < deadline:
         time.sleep(0.02)
-    assert dropped == [True] and pool.held_bytes() == 0
+    assert block() is None and pool.held_bytes() == 0
 
 
 def test_a_lease_dropped_while_its_thread_holds_the_pool_does_not_deadlock():
