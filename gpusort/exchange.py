@@ -34,6 +34,14 @@ distributed's P2P shuffle machinery (the one ``dask.dataframe`` shuffles and
 * one task per output chunk, placed by P2P on its owner, waits for the
   owner's merge and returns a view of its merged ranks.
 
+Under a memory limit a worker's inputs, runs and slices are arrays Dask
+neither counts nor spills.  Once those of a worker pass a share of its limit
+(:mod:`gpusort.spill`), it keeps them in files: its runs become ranges of
+consecutive parts that fit the share, each sorted and written in turn, the
+slices it receives and the blocks it merges go to files too, every owner
+merges one output partition at a time, and each phase lets go of the pages
+it read.  Output tasks take each block as soon as it is merged.
+
 The graph has ``O(P + J)`` tasks whatever the number of workers ``W``; the
 workers exchange ``3·W·(W-1)`` messages, two rounds of samples and window
 keys (a few KiB to MiB) and one of slices (the data).  If a worker dies,
@@ -50,8 +58,10 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import shutil
 import threading
 import time
+import weakref
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
@@ -74,7 +84,7 @@ from distributed.shuffle._core import (
 from distributed.utils import sync
 from distributed.utils_comm import retry
 
-from gpusort import chunks, corank, order
+from gpusort import chunks, corank, order, spill
 from gpusort.arrays import concatenate, in_order, synchronize, to_numpy
 from gpusort.backends import get_backend
 
@@ -172,6 +182,7 @@ class SortSpec(ShuffleSpec[int]):
             span_id=span_id,
             local_address=worker.address,
             directory=os.path.join(worker.local_directory, f"gpusort-exchange-{self.id}-{run_id}"),
+            memory_limit=worker.memory_manager.memory_limit,
             executor=plugin._executor,
             rpc=worker.rpc,
             digest_metric=worker.digest_metric,
@@ -230,8 +241,9 @@ class _Run:
 class SortRun(ShuffleRun[int, Any]):
     """One worker's part of one sort: hold its chunks, sort them, agree on splits, swap slices, merge."""
 
-    def __init__(self, spec: SortSpec, worker_for: dict[int, str], **kwargs: Any):
+    def __init__(self, spec: SortSpec, worker_for: dict[int, str], memory_limit: int | None = None, **kwargs: Any):
         super().__init__(**kwargs)
+        self.directory = kwargs["directory"]  # P2P's own buffer leaves it to a run that spills (disk=False)
         self.spec = spec
         self.worker_for = worker_for
         self.owners = sorted(set(worker_for.values()))
@@ -242,7 +254,12 @@ class SortRun(ShuffleRun[int, Any]):
         cuts = sorted({r for owned in self.ranges.values() for s, e, _, _ in owned for r in (s, e)}
                       | {0, edges[-1]})
         self.rows = {r: i for i, r in enumerate(cuts)}  # split vector row of every cut rank
+        self._fine = False  # blocks of one output partition each (:meth:`_blocks_of`)
         self._inputs: dict[int, tuple[Any, Any]] = {}
+        # Past this many bytes of host arrays held, they go to files (:mod:`gpusort.spill`).
+        self._spill_at = int(memory_limit * spill.share_setting()) if memory_limit else None
+        self._held = 0
+        self._files: list[weakref.ref] = []  # the arrays in files, whose read pages each phase lets go
         self._messages: dict[tuple, tuple] = {}
         self._arrived = asyncio.Event()
         self._blocks: dict[int, tuple[Any, Any]] = {}  # start rank -> merged (keys, values)
@@ -250,6 +267,7 @@ class SortRun(ShuffleRun[int, Any]):
         self._lock = threading.Lock()
         self._sorting: asyncio.Future | None = None  # the sort, which the barrier starts and no task awaits
         self._finished = threading.Event()  # the sort merged its blocks, failed, or the run closed
+        self._merged = threading.Condition(self._lock)  # a block is merged, or the sort finished
         self._failure: BaseException | None = None
 
     # --- phase 0: the inputs ------------------------------------------------------------
@@ -259,8 +277,7 @@ class SortRun(ShuffleRun[int, Any]):
         if self.transferred:
             raise RuntimeError(f"Cannot add more partitions to {self}")
         if self.local_address in self.ranges:
-            with self._lock:
-                self._inputs[partition_id] = data
+            self._keep(partition_id, data)
         else:
             # This worker merges nothing: its chunks go to an owner now, so that
             # they are there when the barrier starts the sort.
@@ -278,11 +295,40 @@ class SortRun(ShuffleRun[int, Any]):
         for arrays, header in data:
             if header[0] == "input":
                 _, k, keys_only = header
-                with self._lock:
-                    self._inputs[k] = (arrays[0], None if keys_only else arrays[1])
+                await self.offload(self._keep, k, (arrays[0], None if keys_only else arrays[1]))
                 continue
             self._messages.setdefault(header[:3], (arrays, header))  # a retried send arrives twice
             self._arrived.set()
+
+    def _keep(self, k: int, data: tuple[Any, Any]) -> None:
+        """Input part ``k``, held until its run is formed: in a file once this worker holds its share."""
+        if self._spill_at is not None:
+            with self._lock:
+                self._held += sum(int(a.nbytes) for a in data if type(a) is np.ndarray)
+                spilling = self._held > self._spill_at
+            if spilling:
+                data = tuple(self._to_file(a) for a in data)
+        with self._lock:
+            self._inputs[k] = data
+
+    def _to_file(self, x: Any) -> Any:
+        x = spill.to_file(x, self.directory)
+        if x is not None:
+            with self._lock:
+                self._files = [f for f in self._files if f() is not None] + [weakref.ref(x)]
+        return x
+
+    def _let_go(self) -> None:
+        """The pages of this run's files that the last phase read: out of the worker's memory again."""
+        if self.spilling:
+            with self._lock:
+                arrays = [x for x in (f() for f in self._files) if x is not None]
+            spill.drop_pages(arrays)
+
+    @property
+    def spilling(self) -> bool:
+        """Whether this worker keeps its host arrays in files: they passed its share of the memory limit."""
+        return self._spill_at is not None and self._held > self._spill_at
 
     # --- the sort, on every owner at once ------------------------------------------------
 
@@ -306,19 +352,27 @@ class SortRun(ShuffleRun[int, Any]):
         if not sorting.cancelled() and sorting.exception() is not None:
             self._failure = sorting.exception()
             self.fail(self._failure)
-        self._finished.set()
+        self._ended()
+
+    def _ended(self) -> None:
+        with self._merged:
+            self._finished.set()
+            self._merged.notify_all()
 
     async def close(self) -> None:
         if self._sorting is not None:
             self._sorting.cancel()
         await super().close()
-        self._finished.set()
+        self._ended()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
     async def _sort(self) -> None:
         """This owner's part of the sort: runs, exact splitters, the swap, the merge of its blocks."""
         spec = self.spec
         me = self.owners.index(self.local_address)
-        merge_all, scheme, attempt = spec.merge_all, ("exact" if spec.merge_all else spec.scheme), 0
+        # Spilling, runs are ranges of consecutive parts that fit a share of memory: no input is kept for a retry.
+        merge_all = spec.merge_all and not self.spilling
+        scheme, attempt = ("exact" if merge_all else spec.scheme), 0
         started, formed = time.time(), 0.0
         while True:
             t0 = time.perf_counter()
@@ -327,9 +381,14 @@ class SortRun(ShuffleRun[int, Any]):
             g = corank.sample_stride(spec.edges[-1], len(self.owners) if merge_all else spec.nparts,
                                      len(self.rows) - 2)
             samples, ties, lasts = await self.offload(self._samples, runs, g, merge_all)
+            self._let_go()
             described = await self._all_to_all(("samples", attempt), samples,
-                                               ([r.label for r in runs], [len(r.keys) for r in runs], ties, lasts),
-                                               me)
+                                               ([r.label for r in runs], [len(r.keys) for r in runs], ties, lasts,
+                                                self.spilling), me)
+            if any(header[7] for _, header in described) and not self._fine:
+                # A worker keeps its arrays in files: every owner merges an output partition at a time.
+                self._fine = True
+                self.rows = {r: i for i, r in enumerate(sorted(set(spec.edges)))}
             everyone = sorted((label, length, sample, last) for arrays, header in described
                               for label, length, sample, last in zip(header[3], header[4], arrays, header[6]))
             if not merge_all or not order.ties_differ(set().union(*(h[5] for _, h in described)),
@@ -351,6 +410,7 @@ class SortRun(ShuffleRun[int, Any]):
             plan = await self.offload(corank.plan_windows, [e[2] for e in everyone], lengths, inner, g)
             windows = await self.offload(lambda held: [corank.window_keys(r.keys, plan, index[r.label]) for r in held],
                                          runs)
+            self._let_go()
             received = await self._all_to_all(("windows", attempt), windows, ([r.label for r in runs],), me)
             by_label = {label: w for arrays, header in received for label, w in zip(header[3], arrays)}
             splits = await self.offload(corank.split_vectors, lengths, inner, plan,
@@ -358,6 +418,7 @@ class SortRun(ShuffleRun[int, Any]):
         t2 = time.perf_counter()
         pieces = await self._swap(runs, splits, index, attempt, me)
         del runs
+        self._let_go()
         t3 = time.perf_counter()
         await self.offload(self._merge, pieces, scheme)
         t4 = time.perf_counter()
@@ -375,8 +436,21 @@ class SortRun(ShuffleRun[int, Any]):
         backend = get_backend(self.spec.backend)
         runs = self._presorted(ids, inputs, scheme, backend) if merge_all else None
         if runs is None:
-            groups = _fitting(ids, inputs, backend.run_limit(*inputs[ids[0]])) if merge_all else consecutive(ids)
-            runs = [run for group in groups for run in self._sorted(group, inputs, scheme, cut=merge_all)]
+            if merge_all:
+                groups = _fitting(ids, inputs, backend.run_limit(*inputs[ids[0]]))
+            elif self.spilling:  # a run at a time in memory: its parts, sorted, then to a file
+                groups = [g for c in consecutive(ids) for g in _fitting(c, inputs, self._spill_at // 2)]
+            else:
+                groups = consecutive(ids)
+            runs = []
+            for group in groups:
+                formed = self._sorted(group, inputs, scheme, cut=merge_all)
+                if self.spilling:
+                    formed = [_Run(r.label, *(self._to_file(a) for a in (r.keys, r.values))) for r in formed]
+                    with self._lock:
+                        for k in group:
+                            del self._inputs[k], inputs[k]
+                runs += formed
         for run in runs:
             synchronize(run.keys)  # the slices go out through comms that do not wait on the GPU
         return runs
@@ -412,6 +486,18 @@ class SortRun(ShuffleRun[int, Any]):
             return self._sorted(group[:half], inputs, scheme, cut) + self._sorted(group[half:], inputs, scheme, cut)
         return [_Run(group[0], okeys, ovalues)]
 
+    def _blocks_of(self, owner: str) -> list[tuple[int, int, int, int]]:
+        """``owner``'s blocks of output ranks ``(start, stop, a, b)``: output partitions ``a`` to ``b``.
+
+        One block a range of consecutive partitions, one merge each; where any
+        worker spills, one block a partition, so that a merge holds one
+        partition's slices and result at a time.
+        """
+        if not self._fine:
+            return self.ranges[owner]
+        edges = self.spec.edges
+        return [(edges[i], edges[i + 1], i, i + 1) for _, _, a, b in self.ranges[owner] for i in range(a, b)]
+
     def _samples(self, runs: list[_Run], g: int, merge_all: bool) -> tuple[list, set[int], list]:
         """Round 1 of this worker: its runs' samples, the order keys of its float ties, each run's last key."""
         spec = self.spec
@@ -434,7 +520,7 @@ class SortRun(ShuffleRun[int, Any]):
 
         def slices(owner: str) -> tuple[list, tuple]:
             arrays, where = [], []
-            for start, stop, _, _ in self.ranges[owner]:
+            for start, stop, _, _ in self._blocks_of(owner):
                 a, b = splits[self.rows[start]], splits[self.rows[stop]]
                 for run in runs:
                     k = index[run.label]
@@ -448,7 +534,11 @@ class SortRun(ShuffleRun[int, Any]):
         tag = ("slabs", attempt)
         await asyncio.gather(*(self._deliver(w, [(_framed(arrays), (*tag, me, *header))])
                                for w, (arrays, header) in messages))
-        received = [(own[0], (*tag, me, *own[1]))] + await self._gather(tag, exclude=me)
+        others = await self._gather(tag, exclude=me)
+        if self.spilling:
+            others = await self.offload(lambda got: [([self._to_file(a) for a in arrays], header)
+                                                     for arrays, header in got], others)
+        received = [(own[0], (*tag, me, *own[1]))] + others
         pieces: dict[int, dict[int, tuple]] = defaultdict(dict)
         for arrays, (_, _, _, where, keys_only) in received:
             step = 1 if keys_only else 2
@@ -458,13 +548,18 @@ class SortRun(ShuffleRun[int, Any]):
 
     def _merge(self, pieces: dict[int, dict[int, tuple]], scheme: str) -> None:
         spec = self.spec
-        for start, stop, a, b in self.ranges[self.local_address]:
-            by_run = pieces[start]
+        for start, stop, a, b in self._blocks_of(self.local_address):
+            by_run = pieces.pop(start, {})  # each block's slices go as it is merged
             merged = chunks.merge_pieces(spec.backend, spec.key_dtype, spec.descending, scheme,
                                          [by_run[k] for k in sorted(by_run)])
-            with self._lock:
+            del by_run
+            if self.spilling:  # the output tasks read it from its file
+                merged = tuple(self._to_file(x) for x in merged)
+            self._let_go()
+            with self._merged:  # its output tasks may take it now
                 self._blocks[start] = merged
                 self._unread[start] = b - a
+                self._merged.notify_all()
 
     # --- messages between owners ---------------------------------------------------------
 
@@ -516,17 +611,20 @@ class SortRun(ShuffleRun[int, Any]):
         return self._get_output_partition(partition_id, key, **kwargs)
 
     def _get_output_partition(self, partition_id: int, key: Any, **kwargs: Any) -> Any:
-        while not self._finished.wait(0.1):
-            self.raise_if_closed()
+        edges = self.spec.edges
+        with self._merged:  # until this chunk's block is merged, or the sort ends without it
+            while True:
+                # Blocks are laid out (_blocks_of) once the samples are in, before the first is merged.
+                start = next((s for s, _, a, b in self._blocks_of(self.local_address) if a <= partition_id < b), None)
+                if start is None:  # pragma: no cover - P2P places the task on the chunk's owner
+                    raise RuntimeError(f"exchange {self.id}: output chunk {partition_id} is not owned here")
+                if start in self._blocks or self._finished.is_set():
+                    break
+                self._merged.wait(0.1)
+                self.raise_if_closed()
         self.raise_if_closed()
         if self._failure is not None:
             raise self._failure
-        edges = self.spec.edges
-        for start, stop, a, b in self.ranges[self.local_address]:
-            if a <= partition_id < b:
-                break
-        else:  # pragma: no cover - P2P places the task on the chunk's owner
-            raise RuntimeError(f"exchange {self.id}: output chunk {partition_id} is not owned here")
         with self._lock:
             keys, values = self._blocks[start]
             self._unread[start] -= 1

@@ -16,8 +16,8 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import serialize, to_serialize
 
 import gpusort
-from gpusort import exchange
-from reference import ref_argsort
+from gpusort import exchange, spill
+from reference import assert_same_keys, ref_argsort
 
 ONE_CHUNK_PER_TASK = {"gpusort.task-bytes": 0}
 
@@ -41,6 +41,50 @@ def test_consecutive_parts_and_one_run_per_worker():
 def test_contiguous_ranges_of_output_chunks():
     assert exchange.contiguous_ranges({0: "a", 1: "a", 2: "b", 3: "b", 4: "a"}) == {"a": [(0, 2), (4, 5)],
                                                                                    "b": [(2, 4)]}
+
+
+def test_workers_past_their_share_of_memory_keep_arrays_in_files(tmp_path):
+    """Past ``gpusort.spill-share`` of a worker's memory, inputs, runs and slices received go to files.
+
+    Float keys with zeros and NaNs of several bits: a keys-only sort that
+    spills forms its runs by ranges of neighbouring chunks, as a stable one
+    does.  Exact either way, and every file is gone while the arrays are
+    still in use.
+    """
+    rng = np.random.default_rng(5)
+    n = 600_000
+    x = rng.integers(-40, 40, n).astype(np.float64)
+    x[rng.integers(0, n, 900)] = -0.0
+    x[rng.integers(0, n, 900)] = np.nan
+    x[rng.integers(0, n, 900)] = -np.float64(np.nan)  # another NaN's bits
+    keys = da.from_array(x, chunks=n // 12)
+    values = da.from_array(np.arange(n, dtype=np.int64), chunks=n // 12)
+
+    def spill_files(dask_worker):
+        from pathlib import Path
+
+        return [str(p) for p in Path(dask_worker.local_directory).glob("gpusort-exchange-*/*")]
+
+    with dask.config.set({"gpusort.spill-share": 1e-4}), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                         local_directory=str(tmp_path)) as cluster, Client(cluster) as client:
+        sk, sv = client.persist(list(gpusort.sort_by_key(keys, values, chunks=50_000)))
+        got = client.persist(gpusort.sort(keys, chunks=50_000))
+        left = client.run(spill_files)  # the results still map them
+        sk, sv, got = client.compute([sk, sv, got], sync=True)
+        written = client.run(spill.written)
+    assert all(w > n * 8 // 4 for w in written.values()), written  # each worker spilled most of its share
+    assert left == {w: [] for w in left}
+    want = ref_argsort(x)
+    np.testing.assert_array_equal(sv, want)
+    assert_same_keys(sk, x[want], bits="exact")
+    assert_same_keys(got, np.sort(x, kind="stable"), bits="exact")
+
+
+def test_spill_share_setting_is_checked():
+    for bad in ("half", 1.5, -0.1):
+        with dask.config.set({"gpusort.spill-share": bad}), pytest.raises(ValueError, match="gpusort.spill-share"):
+            spill.share_setting()
 
 
 @pytest.fixture(scope="module")
