@@ -203,8 +203,13 @@ def frame_cases(n: int, partitions: int, once: bool = False) -> list[Case]:
 
 
 def gathered(df: dd.DataFrame) -> pd.DataFrame:
-    """``df`` in this process, partition by partition: ``compute()`` would first join them on one worker."""
-    return pd.concat(dask.compute(*df.to_delayed()))
+    """``df`` in this process, one partition at a time.
+
+    ``compute()`` would first join the partitions on one worker, and asking
+    for all at once has every worker read back all it spilled: either can
+    take more memory than the workers of the big row have.
+    """
+    return pd.concat([part.compute() for part in df.to_delayed()])
 
 
 def persisted_frame(df: dd.DataFrame) -> dd.DataFrame:
