@@ -155,6 +155,8 @@ def argsort_rows(okeys: np.ndarray, runs: bool = False) -> np.ndarray:
         return np.argsort(words.view(f"S{okeys.dtype.itemsize * okeys.shape[1]}").ravel(), kind="stable")
     if okeys.dtype.kind not in "ui":  # composite keys are unsigned words; other kinds compare as lexsort does
         return np.lexsort(okeys.T[::-1])
+    if not okeys.shape[1]:  # no words: every row ties
+        return np.arange(len(okeys), dtype=np.intp)
     return argsort_words([okeys[:, q] for q in range(okeys.shape[1])])
 
 
@@ -186,7 +188,8 @@ def argsort_words(words: Sequence[np.ndarray]) -> np.ndarray:
     those unique values, and reads the ranks back.  Equal digits keep the
     previous pass's order, so every pass is stable and the last one gives
     the rows' stable order.  Narrow columns cost a few bits, a constant one
-    none: two passes sort a pair of 64-bit keys of 2^23 rows.
+    none: two passes sort 2^23 rows of a 1,024-value int64 column and a
+    full-range one (73 bits); two full 64-bit words take four.
 
     Examples
     --------
@@ -227,6 +230,8 @@ def argsort_words(words: Sequence[np.ndarray]) -> np.ndarray:
 
 def _unsigned(column: np.ndarray) -> np.ndarray:
     """Integers as ``uint64`` in the same order: signed ones with the sign bit flipped."""
+    if column.dtype.kind not in "uib":
+        raise TypeError(f"argsort_words sorts integer columns; got {column.dtype}")
     if column.dtype.kind == "i":
         column = column.astype(np.int64).view(np.uint64) ^ np.uint64(1 << 63)
     return column.astype(np.uint64, copy=False)

@@ -36,11 +36,13 @@ distributed's P2P shuffle machinery (the one ``dask.dataframe`` shuffles and
 
 Under a memory limit a worker's inputs, runs and slices are arrays Dask
 neither counts nor spills.  Once those of a worker pass a share of its limit
-(:mod:`gpusort.spill`), it keeps them in files: its runs become ranges of
-consecutive parts that fit the share, each sorted and written in turn, the
-slices it receives and the blocks it merges go to files too, every owner
-merges one output partition at a time, and each phase lets go of the pages
-it read.  Output tasks take each block as soon as it is merged.
+(:mod:`gpusort.spill`), it keeps them in files: it forms its runs from
+parts that hold at most half the share, each sorted and written in turn
+(the same kind of runs as otherwise, so every owner plans alike), the
+slices it receives and the blocks it merges go to files too, and each
+phase lets go of the pages it read.  Once any owner spills (the samples
+say so), every owner merges one output partition at a time.  Output tasks
+take each block as soon as it is merged.
 
 The graph has ``O(P + J)`` tasks whatever the number of workers ``W``; the
 workers exchange ``3·W·(W-1)`` messages, two rounds of samples and window
@@ -168,8 +170,9 @@ class SortSpec(ShuffleSpec[int]):
         yield from range(len(self.edges) - 1)
 
     def pick_worker(self, partition: int, workers) -> str:
-        # Contiguous ranges of output chunks per worker: each owner merges one
-        # block of consecutive ranks, and every run sends it one slice.
+        # Contiguous ranges of output chunks per worker: each owner merges its
+        # consecutive ranks (one block, or a partition at a time where a worker
+        # spills), and every run sends it one slice of each.
         return workers[partition * len(workers) // (len(self.edges) - 1)]
 
     def create_run_on_worker(self, run_id, span_id, worker_for, plugin) -> ShuffleRun:
@@ -259,7 +262,7 @@ class SortRun(ShuffleRun[int, Any]):
         # Past this many bytes of host arrays held, they go to files (:mod:`gpusort.spill`).
         self._spill_at = int(memory_limit * spill.share_setting()) if memory_limit else None
         self._held = 0
-        self._files: list[weakref.ref] = []  # the arrays in files, whose read pages each phase lets go
+        self._maps: weakref.WeakSet = weakref.WeakSet()  # the maps of its files, whose read pages each phase lets go
         self._messages: dict[tuple, tuple] = {}
         self._arrived = asyncio.Event()
         self._blocks: dict[int, tuple[Any, Any]] = {}  # start rank -> merged (keys, values)
@@ -297,6 +300,8 @@ class SortRun(ShuffleRun[int, Any]):
                 _, k, keys_only = header
                 await self.offload(self._keep, k, (arrays[0], None if keys_only else arrays[1]))
                 continue
+            if header[0] == "slabs" and self.spilling:  # each message to a file as it comes
+                arrays = await self.offload(self._to_files, list(arrays))
             self._messages.setdefault(header[:3], (arrays, header))  # a retried send arrives twice
             self._arrived.set()
 
@@ -307,23 +312,24 @@ class SortRun(ShuffleRun[int, Any]):
                 self._held += sum(int(a.nbytes) for a in data if type(a) is np.ndarray)
                 spilling = self._held > self._spill_at
             if spilling:
-                data = tuple(self._to_file(a) for a in data)
+                data = tuple(self._to_files(data))
         with self._lock:
             self._inputs[k] = data
 
-    def _to_file(self, x: Any) -> Any:
-        x = spill.to_file(x, self.directory)
-        if x is not None:
-            with self._lock:
-                self._files = [f for f in self._files if f() is not None] + [weakref.ref(x)]
-        return x
+    def _to_files(self, arrays: list) -> list:
+        """``arrays`` in one file of this run's (:func:`gpusort.spill.to_files`)."""
+        self.raise_if_closed()  # a closed run has taken its folder away
+        arrays = spill.to_files(arrays, self.directory)
+        with self._lock:
+            self._maps.update(m for m in map(spill.mapping, arrays) if m is not None)
+        return arrays
 
     def _let_go(self) -> None:
         """The pages of this run's files that the last phase read: out of the worker's memory again."""
         if self.spilling:
             with self._lock:
-                arrays = [x for x in (f() for f in self._files) if x is not None]
-            spill.drop_pages(arrays)
+                maps = list(self._maps)
+            spill.drop_pages(maps)
 
     @property
     def spilling(self) -> bool:
@@ -370,9 +376,7 @@ class SortRun(ShuffleRun[int, Any]):
         """This owner's part of the sort: runs, exact splitters, the swap, the merge of its blocks."""
         spec = self.spec
         me = self.owners.index(self.local_address)
-        # Spilling, runs are ranges of consecutive parts that fit a share of memory: no input is kept for a retry.
-        merge_all = spec.merge_all and not self.spilling
-        scheme, attempt = ("exact" if merge_all else spec.scheme), 0
+        merge_all, scheme, attempt = spec.merge_all, ("exact" if spec.merge_all else spec.scheme), 0
         started, formed = time.time(), 0.0
         while True:
             t0 = time.perf_counter()
@@ -436,20 +440,22 @@ class SortRun(ShuffleRun[int, Any]):
         backend = get_backend(self.spec.backend)
         runs = self._presorted(ids, inputs, scheme, backend) if merge_all else None
         if runs is None:
+            # Spilling, a run at a time is in memory: parts that fit half the share, sorted, then to a file.
+            most = self._spill_at // 2 if self.spilling else None
             if merge_all:
-                groups = _fitting(ids, inputs, backend.run_limit(*inputs[ids[0]]))
-            elif self.spilling:  # a run at a time in memory: its parts, sorted, then to a file
-                groups = [g for c in consecutive(ids) for g in _fitting(c, inputs, self._spill_at // 2)]
+                limit = backend.run_limit(*inputs[ids[0]])
+                groups = _fitting(ids, inputs, limit if most is None else min(limit, most))
             else:
-                groups = consecutive(ids)
+                groups = [g for c in consecutive(ids) for g in ([c] if most is None else _fitting(c, inputs, most))]
             runs = []
             for group in groups:
                 formed = self._sorted(group, inputs, scheme, cut=merge_all)
-                if self.spilling:
-                    formed = [_Run(r.label, *(self._to_file(a) for a in (r.keys, r.values))) for r in formed]
-                    with self._lock:
-                        for k in group:
-                            del self._inputs[k], inputs[k]
+                if most is not None:
+                    formed = [_Run(r.label, *self._to_files([r.keys, r.values])) for r in formed]
+                    if not merge_all:  # no retry will form runs again: the parts can go
+                        with self._lock:
+                            for k in group:
+                                del self._inputs[k], inputs[k]
                 runs += formed
         for run in runs:
             synchronize(run.keys)  # the slices go out through comms that do not wait on the GPU
@@ -513,7 +519,7 @@ class SortRun(ShuffleRun[int, Any]):
                     me: int) -> dict[int, dict[int, tuple]]:
         """Every owner gets the slices of these runs it merges; returns the slices this worker merges.
 
-        The result maps each of this worker's output ranges (by start rank)
+        The result maps each of this worker's output blocks (by start rank)
         to its slices, by run index.
         """
         keys_only = not runs or runs[0].values is None
@@ -534,11 +540,7 @@ class SortRun(ShuffleRun[int, Any]):
         tag = ("slabs", attempt)
         await asyncio.gather(*(self._deliver(w, [(_framed(arrays), (*tag, me, *header))])
                                for w, (arrays, header) in messages))
-        others = await self._gather(tag, exclude=me)
-        if self.spilling:
-            others = await self.offload(lambda got: [([self._to_file(a) for a in arrays], header)
-                                                     for arrays, header in got], others)
-        received = [(own[0], (*tag, me, *own[1]))] + others
+        received = [(own[0], (*tag, me, *own[1]))] + await self._gather(tag, exclude=me)
         pieces: dict[int, dict[int, tuple]] = defaultdict(dict)
         for arrays, (_, _, _, where, keys_only) in received:
             step = 1 if keys_only else 2
@@ -554,7 +556,7 @@ class SortRun(ShuffleRun[int, Any]):
                                          [by_run[k] for k in sorted(by_run)])
             del by_run
             if self.spilling:  # the output tasks read it from its file
-                merged = tuple(self._to_file(x) for x in merged)
+                merged = tuple(self._to_files(list(merged)))
             self._let_go()
             with self._merged:  # its output tasks may take it now
                 self._blocks[start] = merged
@@ -636,8 +638,8 @@ class SortRun(ShuffleRun[int, Any]):
     def _get_assigned_worker(self, partition_id: int) -> str:
         return self.worker_for[partition_id]
 
-    def read(self, path):  # pragma: no cover - nothing goes to disk
-        raise NotImplementedError("the sort keeps its runs in memory")
+    def read(self, path):  # pragma: no cover - P2P's disk buffer is not used
+        raise NotImplementedError("the sort keeps its arrays in memory, or in files of its own (gpusort.spill)")
 
     def deserialize(self, buffer: Any) -> Any:  # pragma: no cover - see read
         return buffer

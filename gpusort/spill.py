@@ -15,18 +15,21 @@ the array lives, and a job that stops, however it stops, leaves no file.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import tempfile
 import threading
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 #: A worker's exchange starts keeping host arrays in files once those it
 #: holds pass this share of the worker's memory limit (``dask.config``
-#: ``gpusort.spill-share``); below it nothing changes.
+#: ``gpusort.spill-share``); below it they stay in memory.
 SHARE = 0.25
+#: Arrays start at multiples of this many bytes in a file: every dtype's alignment, and a page.
+ALIGN = 4096
 
 _lock = threading.Lock()
 _written = 0
@@ -52,49 +55,69 @@ def written() -> int:
         return _written
 
 
-def to_file(x: Any, directory: str) -> Any:
-    """``x`` (a host array) written to a new file in ``directory`` and mapped back read-only.
+def to_files(arrays: Sequence[Any], directory: str) -> list:
+    """``arrays`` with their host arrays written end to end to one new file in ``directory``, mapped back read-only.
 
-    Anything else (``None``, a GPU array, an empty array) comes back as it is.
+    One file and one map for all of them (a message's slices, a run's keys
+    and values): a process may hold only so many maps.  Anything else
+    (``None``, a GPU array, an empty array) comes back as it is.
 
     Examples
     --------
     >>> import tempfile
     >>> folder = tempfile.mkdtemp()
-    >>> x = to_file(np.arange(6).reshape(3, 2), folder)
-    >>> x.tolist(), x.flags.writeable, os.listdir(folder)
-    ([[0, 1], [2, 3], [4, 5]], False, [])
+    >>> keys, none, values = to_files([np.arange(6).reshape(3, 2), None, np.ones(2, ">f4")], folder)
+    >>> keys.tolist(), none, values.tolist(), keys.flags.writeable, os.listdir(folder)
+    ([[0, 1], [2, 3], [4, 5]], None, [1.0, 1.0], False, [])
+    >>> mapping(keys) is mapping(values[1:])
+    True
     """
-    if type(x) is not np.ndarray or x.nbytes == 0 or x.dtype.hasobject:
-        return x
+    out = list(arrays)
+    held = [i for i, x in enumerate(arrays) if type(x) is np.ndarray and x.nbytes and not x.dtype.hasobject]
+    if not held:
+        return out
+    offsets, size = [], 0
+    for i in held:
+        offsets.append(size)
+        size += -(-arrays[i].nbytes // ALIGN) * ALIGN
     os.makedirs(directory, exist_ok=True)
     fd, path = tempfile.mkstemp(suffix=".bin", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.ascontiguousarray(x).tofile(f)
+            for i, at in zip(held, offsets):
+                f.seek(at)
+                f.write(np.ascontiguousarray(arrays[i]).data)
+            f.truncate(size)
         with open(path, "rb") as f:
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     finally:
-        os.unlink(path)
+        with contextlib.suppress(FileNotFoundError):  # a run closed meanwhile took its folder
+            os.unlink(path)
     global _written
     with _lock:
-        _written += x.nbytes
-    return np.frombuffer(mapped, x.dtype).reshape(x.shape)
+        _written += sum(arrays[i].nbytes for i in held)
+    for i, at in zip(held, offsets):
+        x = arrays[i]
+        out[i] = np.frombuffer(mapped, x.dtype, count=x.size, offset=at).reshape(x.shape)
+    return out
 
 
-def drop_pages(arrays: Iterable[Any]) -> None:
-    """Let go of the pages of the files behind ``arrays`` that reading them mapped into this process.
+def mapping(x: Any) -> mmap.mmap | None:
+    """The map of the file behind ``x`` (an array from :func:`to_files`, or a view of one), else ``None``."""
+    while x is not None and not isinstance(x, mmap.mmap):
+        x = x.obj if isinstance(x, memoryview) else getattr(x, "base", None)
+    return x
+
+
+def drop_pages(maps: Iterable[mmap.mmap]) -> None:
+    """Let go of the pages of ``maps`` that reading them mapped into this process.
 
     A read maps the pages it touches, and the kernel maps their neighbours
     with them: they count in the worker's memory (its resident set) as long
     as the map lives, although the page cache keeps the data either way.
     Dropping them after each phase keeps a spilling worker's memory at what
-    it is working on; a later read maps them again.  Arrays not from
-    :func:`to_file` are left alone.
+    it is working on; a later read maps them again.
     """
-    for x in arrays:
-        mapped = x
-        while mapped is not None and not isinstance(mapped, mmap.mmap):
-            mapped = mapped.obj if isinstance(mapped, memoryview) else getattr(mapped, "base", None)
-        if mapped is not None and not mapped.closed:
+    for mapped in maps:
+        if not mapped.closed:
             mapped.madvise(mmap.MADV_DONTNEED)

@@ -11,7 +11,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, wait
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import serialize, to_serialize
 
@@ -43,13 +43,16 @@ def test_contiguous_ranges_of_output_chunks():
                                                                                    "b": [(2, 4)]}
 
 
-def test_workers_past_their_share_of_memory_keep_arrays_in_files(tmp_path):
-    """Past ``gpusort.spill-share`` of a worker's memory, inputs, runs and slices received go to files.
+@pytest.mark.parametrize("spilling", ["both", "one"])
+def test_workers_past_their_share_of_memory_keep_arrays_in_files(tmp_path, spilling):
+    """Past ``gpusort.spill-share`` of a worker's memory, its inputs, runs, slices and blocks go to files.
 
-    Float keys with zeros and NaNs of several bits: a keys-only sort that
-    spills forms its runs by ranges of neighbouring chunks, as a stable one
-    does.  Exact either way, and every file is gone while the arrays are
-    still in use.
+    Ten of twelve chunks on the first worker: with ``spilling="one"`` only
+    it passes its share, and the other keeps its arrays in memory but
+    merges a partition at a time as well.  Float keys with zeros and NaNs
+    of several bits: a keys-only sort forms its runs again by ranges of
+    neighbouring chunks.  Exact either way, and no file is left while the
+    results still map them.
     """
     rng = np.random.default_rng(5)
     n = 600_000
@@ -57,24 +60,39 @@ def test_workers_past_their_share_of_memory_keep_arrays_in_files(tmp_path):
     x[rng.integers(0, n, 900)] = -0.0
     x[rng.integers(0, n, 900)] = np.nan
     x[rng.integers(0, n, 900)] = -np.float64(np.nan)  # another NaN's bits
-    keys = da.from_array(x, chunks=n // 12)
-    values = da.from_array(np.arange(n, dtype=np.int64), chunks=n // 12)
+    v = np.arange(n, dtype=np.int64)
+    limit = 2**30
+    # "one": the first worker holds 3.8 MiB of keys (7.6 with values), the second 0.8 (1.5)
+    share = 1e-4 if spilling == "both" else 3 * 2**20 / limit
 
     def spill_files(dask_worker):
         from pathlib import Path
 
         return [str(p) for p in Path(dask_worker.local_directory).glob("gpusort-exchange-*/*")]
 
-    with dask.config.set({"gpusort.spill-share": 1e-4}), \
+    # A transfer task a chunk, and no work stealing: each chunk is handed over where it was placed.
+    with dask.config.set({"gpusort.spill-share": share, "distributed.scheduler.work-stealing": False,
+                          **ONE_CHUNK_PER_TASK}), \
             LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                         local_directory=str(tmp_path)) as cluster, Client(cluster) as client:
-        sk, sv = client.persist(list(gpusort.sort_by_key(keys, values, chunks=50_000)))
-        got = client.persist(gpusort.sort(keys, chunks=50_000))
+                         memory_limit=limit, local_directory=str(tmp_path)) as cluster, Client(cluster) as client:
+        first, second = sorted(client.scheduler_info()["workers"])
+        chunk = n // 12
+
+        def placed(a):
+            return da.concatenate([da.from_array(a[i * chunk:(i + 1) * chunk], chunks=chunk)
+                                   .persist(workers=[first if i < 10 else second]) for i in range(12)])
+
+        keys, values = placed(x), placed(v)
+        results = client.persist([*gpusort.sort_by_key(keys, values, chunks=50_000), gpusort.sort(keys, chunks=50_000)])
+        wait(results)
         left = client.run(spill_files)  # the results still map them
-        sk, sv, got = client.compute([sk, sv, got], sync=True)
+        sk, sv, got = client.compute(results, sync=True)
         written = client.run(spill.written)
-    assert all(w > n * 8 // 4 for w in written.values()), written  # each worker spilled most of its share
     assert left == {w: [] for w in left}
+    if spilling == "both":
+        assert all(w > n * 8 // 12 for w in written.values()), written
+    else:
+        assert written[second] == 0 and written[first] > n * 8, written
     want = ref_argsort(x)
     np.testing.assert_array_equal(sv, want)
     assert_same_keys(sk, x[want], bits="exact")

@@ -81,7 +81,7 @@ def test_the_block_is_dropped_only_when_idle_and_taken_again_on_demand():
 
 
 def test_a_block_left_idle_is_dropped_with_nobody_asking():
-    """The pool lets go of its block itself: the block is freed (a registered one unregistered) with no call."""
+    """The pool lets go of its block itself: nothing holds the block once it has been idle, with no call."""
     blocks: list = []
     pool = HostPool(2**16, lambda n: blocks.append(np.zeros(n, np.uint8)) or blocks[-1], 0.05)
     a = pool.empty(10, np.int32)

@@ -15,7 +15,7 @@ class NumpyBackend:
     name = "numpy"
 
     def sort_run(self, keys: np.ndarray, values: np.ndarray | None = None, *, overwrite: bool = False) -> Pair:
-        if keys.ndim == 2:  # composite keys past 64 bits: rows compared word by word
+        if keys.ndim == 2:  # composite keys past 64 bits: rows compared as one integer
             order = argsort_rows(keys)
             return take_rows(keys, order), None if values is None else take_rows(values, order)
         if values is None:
