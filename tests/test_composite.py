@@ -123,6 +123,14 @@ def test_argsort_column_is_the_stable_argsort(dtype):
         np.testing.assert_array_equal(composite.argsort_column(keys), np.argsort(keys, kind="stable"))
 
 
+def test_argsort_column_checks_past_a_sorted_sample():
+    """Keys whose every 4th (the sample) ascends but two others do not: the full check sees them."""
+    keys = np.arange(5000, dtype=np.int64)
+    keys[[1, 2]] = keys[[2, 1]]
+    assert np.all(np.diff(keys[::4]) > 0)  # the sample of 5000 keys takes every 4th
+    np.testing.assert_array_equal(composite.argsort_column(keys), np.argsort(keys, kind="stable"))
+
+
 def test_argsort_words_spans_passes_across_columns():
     """Columns of several kinds and widths whose bits need several passes: lexsort's stable order."""
     rng = np.random.default_rng(2)
