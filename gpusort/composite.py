@@ -161,7 +161,10 @@ def argsort_rows(okeys: np.ndarray, runs: bool = False) -> np.ndarray:
 
 
 def argsort_column(keys: np.ndarray) -> np.ndarray:
-    """Stable positions that sort 1-D ``keys``: integers by :func:`argsort_words`, sorted ones in a pass.
+    """Stable positions that sort 1-D ``keys``: integers wider than two bytes by :func:`argsort_words`.
+
+    Sorted keys do not come here: a run's keys are checked first
+    (the backends' ``is_sorted``, in :func:`gpusort.chunks.sort_pair`).
 
     Examples
     --------
@@ -170,8 +173,6 @@ def argsort_column(keys: np.ndarray) -> np.ndarray:
     """
     if keys.dtype.kind not in "ui" or keys.dtype.itemsize <= 2:
         return np.argsort(keys, kind="stable")  # 1- and 2-byte integers: NumPy's radix sort; others as NumPy does
-    if _ascending(keys):
-        return np.arange(len(keys), dtype=np.intp)
     return argsort_words([keys])
 
 
@@ -235,13 +236,6 @@ def _unsigned(column: np.ndarray) -> np.ndarray:
     if column.dtype.kind == "i":
         column = column.astype(np.int64).view(np.uint64) ^ np.uint64(1 << 63)
     return column.astype(np.uint64, copy=False)
-
-
-def _ascending(keys: np.ndarray) -> bool:
-    """Whether ``keys`` never descend: a sample first, so that random keys cost almost nothing."""
-    step = max(1, len(keys) // 1024)
-    sample = keys[::step]
-    return bool((sample[1:] >= sample[:-1]).all()) and (step == 1 or bool((keys[1:] >= keys[:-1]).all()))
 
 
 def _span(keys: np.ndarray) -> tuple[int, int]:

@@ -123,8 +123,8 @@ def test_argsort_column_is_the_stable_argsort(dtype):
         np.testing.assert_array_equal(composite.argsort_column(keys), np.argsort(keys, kind="stable"))
 
 
-def test_argsort_column_checks_past_a_sorted_sample():
-    """Keys whose every 4th (the sample) ascends but two others do not: the full check sees them."""
+def test_argsort_column_of_keys_sorted_but_for_two_neighbours():
+    """Keys whose every 4th ascends but two others do not: stable order, however sorted they look."""
     keys = np.arange(5000, dtype=np.int64)
     keys[[1, 2]] = keys[[2, 1]]
     assert np.all(np.diff(keys[::4]) > 0)  # the sample of 5000 keys takes every 4th
