@@ -181,8 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also write the stable int64 positions that sort SRC to this Zarr array")
     sort.add_argument("--overwrite", action="store_true", help="replace DST (and --argsort-dst) if they exist")
     sort.add_argument("--temp-dir", type=_directory, metavar="DIR",
-                      help="where the sorted runs wait between the phases, about the size of SRC "
-                           "(default: a hidden folder beside DST)")
+                      help="where the sorted runs wait on disk between the phases, about the size of SRC "
+                           "(default: a hidden folder beside DST); implies --runs disk under auto")
+    sort.add_argument("--runs", choices=("auto", "memory", "disk"), default="auto",  # zarr_io.RUNS, without Zarr
+                      help="where the sorted runs wait: in the workers' memory (keys cross the disk twice), on "
+                           "disk (any size, four crossings), or auto: memory where three copies of the keys fill "
+                           "at most half the workers' memory (default: %(default)s)")
     sort.set_defaults(run=_run_sort)
 
     verify = command("verify", "Check that the Zarr array DST is the Zarr array SRC sorted.", computes=True)
@@ -223,10 +227,8 @@ def _run_sort(args: argparse.Namespace) -> int:
     backend = args.backend or runtime.default_backend()
     kwargs = {"chunks": args.chunks, "descending": args.descending, "backend": backend,
               "argsort_dst": args.argsort_dst, "overwrite": args.overwrite,
-              "gpu_memory_budget": args.gpu_memory_budget}
+              "gpu_memory_budget": args.gpu_memory_budget, "temp_dir": args.temp_dir, "runs": args.runs}
     x, *_ = _checked(_prepare, args.src, args.dst, **kwargs)  # fail before a cluster starts
-    if args.temp_dir is not None:
-        kwargs["temp_dir"] = args.temp_dir
     with _cluster(args), runtime.progress():
         start = time.perf_counter()
         sort_zarr(args.src, args.dst, progress=not args.quiet, **kwargs)
@@ -266,7 +268,8 @@ def _checked(check: Any, *args: Any, **kwargs: Any) -> Any:
 def _cluster(args: argparse.Namespace) -> Iterator[Any]:
     """:func:`gpusort.runtime.cluster` as the options say; a cluster that cannot start is a UserError."""
     with contextlib.ExitStack() as stack:
-        yield _checked(stack.enter_context, runtime.from_options(args, dashboard=not args.quiet))
+        # Both commands that compute read Zarr arrays, and sort writes one.
+        yield _checked(stack.enter_context, runtime.from_options(args, dashboard=not args.quiet, codecs=True))
 
 
 # --- bench ---------------------------------------------------------------------------------

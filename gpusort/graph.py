@@ -378,10 +378,11 @@ def sort(
     return merge_sorted_runs(runs, key_dtype=keys.dtype, descending=descending, chunk=chunk, backend=backend)
 
 
-#: The sort footprint the graph assumes the default GPU memory budget holds
+#: The sort footprint the graph assumes any default GPU memory budget holds
 #: (:data:`gpusort.backends.cupy.DEFAULT_FRACTION` of the free memory, known
-#: only on the worker): about 1 GiB of int64 keys.  A sort planned as one
-#: step that finds less there still sorts, out of core, in its one task.
+#: only where the sort runs): about 1 GiB of int64 keys.  A larger sort asks
+#: the GPUs (:func:`default_budget_seen`).  A sort planned as one step that
+#: finds less there still sorts, out of core, in its one task.
 WHOLE_DEFAULT_BYTES = 3 * 2**30
 
 
@@ -414,8 +415,37 @@ def whole_on_gpu(keys: da.Array, values: da.Array | None, backend: Any, position
     need = plan.whole_bytes(int(keys.shape[0]), keys.dtype.itemsize, vb,
                             order.encode_temporaries(keys.dtype, descending, scheme))
     if spec.gpu_memory_budget is None:
-        return need <= WHOLE_DEFAULT_BYTES
+        return need <= WHOLE_DEFAULT_BYTES or need <= default_budget_seen() * plan.PLAN_FRACTION
     return need <= spec.gpu_memory_budget * plan.PLAN_FRACTION
+
+
+def default_budget_seen() -> int:
+    """The smallest default GPU memory budget where the sort runs, asked as the graph is built; 0 if none.
+
+    On a distributed client every worker answers for its GPU (0 without
+    one); under a local scheduler this process does.  One round trip to the
+    workers, taken only for a sort past :data:`WHOLE_DEFAULT_BYTES`: one
+    whole-GPU step moves every key across the host link twice where runs and
+    merges move it four times.
+    """
+    try:
+        from distributed import default_client
+
+        client = default_client()
+    except (ImportError, ValueError):  # no distributed client: a local scheduler
+        return _default_budget_here()
+    return min(client.run(_default_budget_here).values(), default=0)
+
+
+def _default_budget_here() -> int:
+    try:
+        from gpusort.backends import cupy as gpu
+    except ImportError:  # no CuPy here
+        return 0
+    try:
+        return gpu.default_budget()
+    except Exception:  # CuPy without a usable GPU
+        return 0
 
 
 def _sort_whole(keys: da.Array, values: da.Array | None, *, descending: bool, backend: Any,

@@ -1,7 +1,12 @@
-"""Disk to disk: sort a Zarr array into a new Zarr array, runs kept on disk.
+"""Disk to disk: sort a Zarr array into a new Zarr array, its runs in memory or on disk.
 
-An external sort in two computations, neither of which holds more than the
-chunks in flight, on any scheduler:
+Where the keys fit comfortably in the workers' memory (:func:`runs_in_memory`),
+the sort is gpusort's own (:func:`gpusort.graph.sort`, runs and merges in
+memory, or out of core on the GPU) between reading the source chunks and
+writing the output chunks, one computation in which reads, sorts and writes
+overlap: every key crosses the disk twice.  Otherwise it is an external sort in
+two computations, neither of which holds more than the chunks in flight, on
+any scheduler:
 
 1. ``runs-store-``: every chunk becomes a sorted run
    (:func:`gpusort.graph.form_runs`), written as a temporary ``.npy`` file
@@ -37,6 +42,7 @@ fails the sort.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -46,7 +52,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +67,7 @@ import zarr
 from dask.base import tokenize
 from dask.system import CPU_COUNT
 
-from gpusort import corank, order
+from gpusort import corank, graph, order
 from gpusort.api import SortOptions, as_dask
 from gpusort.arrays import is_cupy, to_numpy
 from gpusort.backends import BackendSpec
@@ -78,6 +84,14 @@ PathLike = Union[str, "os.PathLike[str]"]
 #: Seconds the removal of a work directory waits for the writes into it to end
 #: before it removes it anyway.
 WRITE_TIMEOUT = 60.0
+#: Where the runs may wait between the phases: ``sort_zarr(runs=...)``.
+RUNS = ("auto", "memory", "disk")
+#: A sort in memory holds about this many copies of the keys at its peak: source
+#: chunks read ahead, the runs, the merged output waiting for its writes.
+MEMORY_COPIES = 3
+#: Share of the workers' memory those copies may fill before ``runs="auto"``
+#: keeps the runs on disk: the rest is the workers' own, and their spill margin.
+MEMORY_SHARE = 0.5
 
 
 def sort_zarr(
@@ -92,12 +106,14 @@ def sort_zarr(
     progress: bool = False,
     gpu_memory_budget: int | str | None = None,
     temp_dir: PathLike | None = None,
+    runs: str = "auto",
 ) -> None:
-    """Sort a 1-D array into a new Zarr array on disk (an external sort).
+    """Sort a 1-D array into a new Zarr array on disk.
 
     Computes at once, on the active ``distributed`` client if there is one,
-    else on Dask's current scheduler.  Host memory holds only the chunks in
-    flight, whatever the size of ``src``.
+    else on Dask's current scheduler.  With the runs on disk (an external
+    sort) host memory holds only the chunks in flight, whatever the size of
+    ``src``; with the runs in memory, about three copies of the keys.
 
     Parameters
     ----------
@@ -134,7 +150,16 @@ def sort_zarr(
         as the keys (and positions) uncompressed; by default they go beside
         ``dst``.  The outputs are always staged beside their destinations,
         from where a rename within one file system moves them into place.
-        Workers must see it at the same path.
+        Workers must see it at the same path.  Giving it keeps the runs on
+        disk.
+    runs : {"auto", "memory", "disk"}
+        Where the sorted runs wait between reading ``src`` and writing
+        ``dst``.  ``"memory"``: in the workers' memory (the GPU's where it
+        holds them), so every key crosses the disk twice, once in and once
+        out; the sort then holds about three copies of the keys (and
+        positions).  ``"disk"``: in a temporary store (``temp_dir``), four
+        crossings, any size.  ``"auto"``: memory where those copies fill at
+        most half the workers' memory (:func:`runs_in_memory`), else disk.
 
     Raises
     ------
@@ -145,7 +170,8 @@ def sort_zarr(
         ``dst`` or ``argsort_dst`` exists and ``overwrite`` is false.
     TypeError, ValueError
         ``src`` is not a 1-D array of a sortable dtype, or the options clash
-        (``argsort_dst`` equal to ``dst``, a destination equal to ``src``).
+        (``argsort_dst`` equal to ``dst``, a destination equal to ``src``,
+        ``temp_dir`` with ``runs="memory"``).
     KeyboardInterrupt
         Interrupted before the destinations were in place: none of them
         appears, and no temporary store is left behind.
@@ -163,26 +189,30 @@ def sort_zarr(
     """
     x, dests, backend, chunk, temp = _prepare(
         src, dst, chunks=chunks, descending=descending, backend=backend, argsort_dst=argsort_dst,
-        overwrite=overwrite, gpu_memory_budget=gpu_memory_budget, temp_dir=temp_dir)
-    descending = bool(descending)
+        overwrite=overwrite, gpu_memory_budget=gpu_memory_budget, temp_dir=temp_dir, runs=runs)
+    descending, positions = bool(descending), "argsort_dst" in dests
+    in_memory = runs_in_memory(x.nbytes + (8 * x.shape[0] if positions else 0), runs, temp)
 
     with contextlib.ExitStack() as stack:
         # One work directory beside each destination: the finished array
         # moves into place by a rename within one file system.
         work = {name: stack.enter_context(_work_dir(path.parent, path.name)) for name, path in dests.items()}
-        scratch = work["dst"] if temp is None else stack.enter_context(_work_dir(temp, dests["dst"].name))
-        runs = form_runs(x, None, descending=descending, backend=backend, positions="argsort_dst" in dests,
-                         batch=False)  # one run per chunk: a file of the runs' store each
-        ranks = corank.output_ranks(x.shape[0], chunk)
-        g = corank.sample_stride(x.shape[0], x.numblocks[0], len(ranks) - 2)
-        stored, samples = _store_runs(runs, scratch, g, progress=progress)
+        guards = tuple(os.fspath(work[name]) for name in dests)
         staged = {name: work[name] / "out.zarr" for name in dests}
         outputs = [_create(staged["dst"], x.shape[0], x.dtype, chunk)]
-        if "argsort_dst" in staged:
+        if positions:
             outputs.append(_create(staged["argsort_dst"], x.shape[0], np.int64, chunk))
-        _merge_runs_into(stored, samples, g, ranks, outputs, tuple(os.fspath(work[name]) for name in dests),
-                         key_dtype=x.dtype, descending=descending,
-                         backend=backend, progress=progress)
+        if in_memory:
+            _sort_into(x, outputs, guards, chunk=chunk, descending=descending, backend=backend, progress=progress)
+        else:
+            scratch = work["dst"] if temp is None else stack.enter_context(_work_dir(temp, dests["dst"].name))
+            ranks = corank.output_ranks(x.shape[0], chunk)
+            g = corank.sample_stride(x.shape[0], x.numblocks[0], len(ranks) - 2)
+            sorted_runs = form_runs(x, None, descending=descending, backend=backend, positions=positions,
+                                    batch=False)  # one run per chunk: a file of the runs' store each
+            stored, samples = _store_runs(sorted_runs, scratch, g, progress=progress)
+            _merge_runs_into(stored, samples, g, ranks, outputs, guards, key_dtype=x.dtype, descending=descending,
+                             backend=backend, progress=progress)
         cleanup = stack.pop_all()
     # The destinations are complete: moving them into place and removing the
     # work directories finish even if interrupted, and an interrupt from here
@@ -192,6 +222,68 @@ def sort_zarr(
     if arrived:
         warnings.warn(f"sort_zarr: interrupted after {dst} was complete and in place; the sort succeeded",
                       RuntimeWarning, stacklevel=2)
+
+
+def runs_in_memory(nbytes: int, runs: str = "auto", temp_dir: PathLike | None = None) -> bool:
+    """Whether :func:`sort_zarr` keeps the runs of ``nbytes`` of keys (and positions) in memory.
+
+    ``runs="auto"`` decides, with the scheduler active now: memory where
+    :data:`MEMORY_COPIES` copies fill at most :data:`MEMORY_SHARE` of the
+    memory the sort may use -- the sum of the workers' memory limits on a
+    distributed client, else the memory available on this machine -- and no
+    ``temp_dir`` asks for the disk.
+
+    Examples
+    --------
+    >>> runs_in_memory(2**20), runs_in_memory(2**20, "disk"), runs_in_memory(2**60)
+    (True, False, False)
+    """
+    if runs != "auto":
+        return runs == "memory"
+    return temp_dir is None and MEMORY_COPIES * nbytes <= MEMORY_SHARE * _memory_to_use()
+
+
+def _memory_to_use() -> int:
+    """Bytes of host memory a sort may use: the workers' memory limits added up, else what this machine has free."""
+    import psutil
+
+    client = _active_client()
+    if client is not None:
+        workers = client.scheduler_info(n_workers=-1)["workers"].values()
+        limits = [w.get("memory_limit") or 0 for w in workers]
+        if limits and all(limits):  # a worker without a limit may take the machine's
+            return int(sum(limits))
+    return int(psutil.virtual_memory().available)
+
+
+def _sort_into(x: da.Array, outputs: list[zarr.Array], guards: tuple[str, ...], *, chunk: int,
+               descending: bool, backend: BackendSpec, progress: bool) -> None:
+    """Runs in memory: gpusort's sort of ``x`` stored chunk by chunk into ``outputs`` (keys, positions)."""
+    if not x.shape[0]:
+        return
+    keys, positions = graph.sort(x, None, descending=descending, backend=backend, chunk=chunk,
+                                 positions=len(outputs) > 1)
+    sources = [keys] if positions is None else [keys, positions]
+    compute(*[da.store(a, _GuardedWrites(z, guards), lock=False, compute=False) for a, z in zip(sources, outputs)],
+            progress=progress)
+
+
+class _GuardedWrites:
+    """A Zarr array as ``dask.array.store``'s target: each write holds ``guards``' locks (:func:`_writing_into`)."""
+
+    def __init__(self, z: zarr.Array, guards: tuple[str, ...]):
+        self.z, self.guards = z, guards
+        self.shape, self.dtype, self.ndim = z.shape, z.dtype, z.ndim
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        value = to_numpy(value)  # Zarr stores host memory
+        with _writing_into(*self.guards):
+            _write(self.z, index, value)
+
+
+def _write(z: zarr.Array, index: Any, value: np.ndarray) -> None:
+    """``z[index] = value`` on the writing thread (:func:`_on_own_loop`)."""
+    _on_own_loop(lambda: z.async_array.setitem(index, value), lambda: z.__setitem__(index, value))
 
 
 @dataclass(frozen=True)
@@ -326,14 +418,15 @@ def _merge_chunk(store: _RunStore, splits: np.ndarray, j: int, start: int, outpu
         return
     keys = to_numpy(keys)
     with _writing_into(*guards):
-        outputs[0][start: start + len(keys)] = keys
+        _write(outputs[0], slice(start, start + len(keys)), keys)
         if len(outputs) > 1:
-            outputs[1][start: start + len(keys)] = to_numpy(values)
+            _write(outputs[1], slice(start, start + len(keys)), to_numpy(values))
 
 
 def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str | None,
              argsort_dst: Any, overwrite: bool, gpu_memory_budget: int | str | None = None,
-             temp_dir: Any = None) -> tuple[da.Array, dict[str, Path], str | BackendSpec, int, Path | None]:
+             temp_dir: Any = None, runs: str = "auto"
+             ) -> tuple[da.Array, dict[str, Path], str | BackendSpec, int, Path | None]:
     """Check :func:`sort_zarr`'s arguments before any work: (keys, destinations, backend, chunk, temp_dir)."""
     x = as_dask_array(src, "src")
     order.check_key_dtype(x.dtype, "src")
@@ -344,7 +437,12 @@ def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str |
         dests["argsort_dst"] = _destination(argsort_dst, "argsort_dst", overwrite, source)
         if dests["argsort_dst"] == dests["dst"]:
             raise ValueError(f"argsort_dst and dst are the same path ({dst}); give the positions their own path")
+    if runs not in RUNS:
+        raise ValueError(f"runs={runs!r} is not known; choose one of {', '.join(map(repr, RUNS))}")
     if temp_dir is not None:
+        if runs == "memory":
+            raise ValueError("temp_dir is where runs wait on disk, and runs='memory' keeps them in memory; "
+                             "drop temp_dir, or pass runs='disk' (or 'auto')")
         if not isinstance(temp_dir, (str, os.PathLike)):
             raise TypeError(f"temp_dir must be a path (str or os.PathLike); got {type(temp_dir).__name__}")
         temp_dir = Path(temp_dir).resolve()
@@ -396,8 +494,23 @@ def as_dask_array(a: Any, argname: str) -> da.Array:
     return a
 
 
+def _on_own_loop(coroutine: Callable[[], Coroutine[Any, Any, Any]], fallback: Callable[[], Any]) -> Any:
+    """Await ``coroutine()`` on an event loop of this thread's own; ``fallback()`` where one already runs here.
+
+    Zarr's synchronous API runs every caller's reads and writes on one event
+    loop thread, which also copies each decoded chunk into its output: a
+    worker's tasks then read one after another, whatever its threads (4 GiB
+    in 32 chunks on 16 threads: 2.5 s, and 1.0 s on loops of their own).
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine())
+    return fallback()
+
+
 class _NamedReads:
-    """A 1-D Zarr array whose read errors name the chunk and the array.
+    """A 1-D Zarr array read on the reading thread (:func:`_on_own_loop`), whose read errors name the chunk.
 
     Zarr's own errors (a chunk that does not decompress, a missing file on a
     remote store) say what failed but not where; a sort of thousands of
@@ -410,7 +523,7 @@ class _NamedReads:
 
     def __getitem__(self, index: Any) -> np.ndarray:
         try:
-            return self.z[index]
+            return _on_own_loop(lambda: self.z.async_array.getitem(index), lambda: self.z[index])
         except Exception as exc:
             (piece,) = index if isinstance(index, tuple) else (index,)
             start, stop, _ = piece.indices(self.shape[0])
@@ -438,9 +551,8 @@ def compute(*collections: Any, progress: bool = False) -> tuple:
     >>> compute(da.arange(4, chunks=2).sum())
     (np.int64(6),)
     """
-    scheduler = dask.base.get_scheduler()  # None: each collection's default, threads for ours
-    client = getattr(scheduler, "__self__", None)
-    if isinstance(client, distributed.Client):
+    client = _active_client()
+    if client is not None:
         persisted = client.persist(list(collections))
         futures = distributed.futures_of(persisted)
         try:
@@ -456,6 +568,7 @@ def compute(*collections: Any, progress: bool = False) -> tuple:
         return dask.compute(*persisted)
     from dask.diagnostics import ProgressBar
 
+    scheduler = dask.base.get_scheduler()  # None: each collection's default, threads for ours
     # Our own thread pool: shutting it down waits for the tasks still running
     # after a failure or an interrupt, and drops those not yet started.
     pool = ThreadPoolExecutor(dask.config.get("num_workers", None) or CPU_COUNT) \
@@ -467,6 +580,12 @@ def compute(*collections: Any, progress: bool = False) -> tuple:
         if pool is not None:
             with _interrupts_deferred():
                 pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _active_client() -> distributed.Client | None:
+    """The ``distributed`` client Dask computes on now, if it does."""
+    client = getattr(dask.base.get_scheduler(), "__self__", None)
+    return client if isinstance(client, distributed.Client) else None
 
 
 @contextlib.contextmanager

@@ -222,13 +222,23 @@ def test_python_dash_m_gpusort():
     assert out.returncode == 0 and out.stdout.startswith("usage: gpusort ") and "sort" in out.stdout
 
 
-def test_progress_in_a_file_is_a_few_lines(keys, tmp_path):
+def test_runs_choices_are_sort_zarrs():
+    from gpusort.zarr_io import RUNS
+
+    sort = build_parser()._subparsers._group_actions[0].choices["sort"]
+    (runs,) = [a for a in sort._actions if a.dest == "runs"]
+    assert tuple(runs.choices) == RUNS and runs.default == "auto"
+
+
+@pytest.mark.parametrize("runs, computations", [("memory", 1), ("disk", 2)])
+def test_progress_in_a_file_is_a_few_lines(keys, tmp_path, runs, computations):
     """stderr to a file: no redraws (\\r), a line now and then, each bar's last state."""
     with open(tmp_path / "log", "w") as log:
-        subprocess.run([sys.executable, "-m", "gpusort", "sort", "keys.zarr", "sorted.zarr", "--cluster", "threads"],
-                       stderr=log, check=True, env=os.environ | {"PYTHONPATH": str(ROOT)})
+        subprocess.run([sys.executable, "-m", "gpusort", "sort", "keys.zarr", "sorted.zarr", "--cluster", "threads",
+                        "--runs", runs], stderr=log, check=True, env=os.environ | {"PYTHONPATH": str(ROOT)})
     text = (tmp_path / "log").read_text()
-    assert "\r" not in text and text.count("100% Completed") == 2 and len(text.splitlines()) <= 6
+    assert "\r" not in text and text.count("100% Completed") == computations
+    assert len(text.splitlines()) <= 3 * computations
 
 
 def test_info(capsys):

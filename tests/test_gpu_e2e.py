@@ -228,6 +228,16 @@ def test_gpu_clusters_load_the_common_kernels_as_workers_start():
         np.testing.assert_array_equal(gpusort.sort(x).compute().get(), np.sort(x.compute().get()))
 
 
+def test_graphs_see_the_gpus_default_budget(client):
+    """The budget a large host sort without one is planned against is the workers' own default."""
+    from gpusort import graph
+    from gpusort.backends import cupy as gpu
+
+    (answer,) = client.run(gpu.default_budget).values()
+    assert graph.default_budget_seen() == answer > 0
+    assert graph._default_budget_here() == gpu.default_budget() > 0  # a local scheduler: this process's GPU
+
+
 def test_concurrent_sorts_with_different_budgets_keep_their_own_limits(client):
     """Two budgets in one graph: their steps interleave on one worker, each pool within its own budget."""
     x = da.random.default_rng(5).integers(0, 2**62, 2**24, chunks=2**22).persist()

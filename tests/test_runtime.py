@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import io
+import os
 import subprocess
 import sys
 import threading
@@ -97,6 +99,33 @@ def test_options_to_cluster():
         with runtime.from_options(args, parser):
             pass
     assert exit.value.code == 2
+
+
+@pytest.mark.parametrize("given, codecs, kind, want", [
+    ([], True, "cuda", "codec"),            # Zarr's codecs bound the work: a thread per core
+    (["--threads", "2"], True, "cuda", 2),  # what the user gave wins
+    ([], False, "cuda", None),              # the GPU bounds it: cluster's own default
+    ([], True, "local", None),              # CPU clusters keep Dask's
+])
+def test_codec_bound_work_gets_a_thread_per_core(monkeypatch, given, codecs, kind, want):
+    import gpusort.runtime.options as options
+
+    asked = {}
+
+    @contextlib.contextmanager
+    def recording(kind, **kwargs):
+        asked.update(kwargs)
+        yield None
+
+    monkeypatch.setattr(options, "cluster", recording)
+    monkeypatch.setattr(options, "resolve", lambda _: kind)
+    monkeypatch.setattr(options, "codec_threads", lambda: 12)
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    runtime.add_options(parser, gpu=True)
+    with runtime.from_options(parser.parse_args(given), codecs=codecs):
+        pass
+    assert asked["threads"] == (12 if want == "codec" else want)
+    assert 4 <= runtime.codec_threads() <= max(4, os.cpu_count())
 
 
 def test_flags():

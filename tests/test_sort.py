@@ -114,6 +114,38 @@ def test_host_chunks_on_the_gpu_sort_in_one_task_where_the_budget_holds_them():
     assert names.count("runs") == 1 and names.count("sorted") == 4 and not {"splits", "merge"} & set(names)
 
 
+def test_without_a_budget_a_large_sort_asks_the_gpus_for_theirs(monkeypatch):
+    """Past the budget every GPU holds, one whole step only where the GPUs' own default budgets hold it."""
+    asked = []
+
+    def seen(budget):
+        def answer():
+            asked.append(budget)
+            return budget
+        return answer
+
+    big = da.zeros(2**30, dtype=np.int64, chunks=2**27)  # 8 GiB: past WHOLE_DEFAULT_BYTES
+    small = da.zeros(2**20, dtype=np.int64, chunks=2**18)
+    monkeypatch.setattr(graph, "default_budget_seen", seen(64 * 2**30))
+    assert graph.whole_on_gpu(big, None, "cupy", False)
+    assert graph.whole_on_gpu(small, None, "cupy", False) and asked == [64 * 2**30]  # small: nobody asked
+    monkeypatch.setattr(graph, "default_budget_seen", seen(16 * 2**30))
+    assert not graph.whole_on_gpu(big, None, "cupy", False)
+    assert not graph.whole_on_gpu(big, None, gpusort.backends.BackendSpec("cupy", 2**30), False)
+    assert asked == [64 * 2**30, 16 * 2**30]  # a given budget is never asked about
+
+
+def test_default_budget_seen_without_gpus_is_zero():
+    from distributed import Client, LocalCluster
+
+    if graph._default_budget_here():
+        pytest.skip("a GPU is here: its budget is the answer")
+    assert graph.default_budget_seen() == 0
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster):
+        assert graph.default_budget_seen() == 0
+
+
 @pytest.mark.parametrize("descending", [False, True])
 @pytest.mark.parametrize("what", ["keys", "values", "positions"])
 def test_sort_chunks_whole_is_the_decoded_sort_of_all_chunks(what, descending):

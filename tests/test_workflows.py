@@ -43,12 +43,13 @@ def test_zarr_sort_workflow_sorts_a_given_array_on_a_local_cluster(tmp_path, cap
     zarr.create_array(str(tmp_path / "keys.zarr"), data=keys, chunks=(1000,))
     code = load("zarr_sort").main(["--src", str(tmp_path / "keys.zarr"), "--backend", "numpy", "--cluster", "local",
                                    "--workers", "2", "--threads", "1", "--out", str(tmp_path / "out")])
-    assert code == 0 and "(2 workers)" in capsys.readouterr().out
+    assert code == 0 and "runs in memory, cluster local (2 workers, 2 threads)" in capsys.readouterr().out
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "keys-sorted.zarr"))[:], np.sort(keys))
     (path,) = (tmp_path / "out").glob("zarr_sort-*.json")
     summary = json.loads(path.read_text())
     assert "runs" in summary["phase_seconds"] and summary["disk"]["write_bytes_per_second"] > 0
     assert summary["fraction_of_disk_floor"] > 0 and summary["disk"]["stored_bytes"] > 0
+    assert summary["runs"] == "memory" and summary["disk"]["passes"] == 2  # read once, written once
 
 
 def test_out_of_core_sort_workflow_on_cpus(tmp_path, capsys):

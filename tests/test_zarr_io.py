@@ -59,10 +59,11 @@ def tree_digest(path: Path) -> str:
 
 @pytest.mark.parametrize("dtype", KEY_DTYPES)
 @pytest.mark.parametrize("descending", [False, True])
-def test_exact_for_every_key_dtype(tmp_path, dtype, descending):
+@pytest.mark.parametrize("runs", ["memory", "disk"])
+def test_exact_for_every_key_dtype(tmp_path, dtype, descending, runs):
     x = keys(dtype, 1_000)
     src = make_zarr(tmp_path / "keys.zarr", x, 128)
-    sort_zarr(src, tmp_path / "sorted.zarr", descending=descending, argsort_dst=tmp_path / "order.zarr")
+    sort_zarr(src, tmp_path / "sorted.zarr", descending=descending, argsort_dst=tmp_path / "order.zarr", runs=runs)
     want = ref_argsort(x, descending)
     assert_same_keys(read(tmp_path / "sorted.zarr"), x[want])
     np.testing.assert_array_equal(read(tmp_path / "order.zarr"), want)
@@ -76,10 +77,11 @@ def test_exact_for_every_key_dtype(tmp_path, dtype, descending):
     (1, 1, None),
     (0, 4, None),             # empty
 ])
-def test_output_chunks_are_zarr_chunks(tmp_path, n, src_chunks, out_chunks):
+@pytest.mark.parametrize("runs", ["memory", "disk"])
+def test_output_chunks_are_zarr_chunks(tmp_path, n, src_chunks, out_chunks, runs):
     x = keys("int64", n, seed=n)
     src = make_zarr(tmp_path / "keys.zarr", x, src_chunks)
-    sort_zarr(src, tmp_path / "sorted.zarr", chunks=out_chunks)
+    sort_zarr(src, tmp_path / "sorted.zarr", chunks=out_chunks, runs=runs)
     out = zarr.open_array(str(tmp_path / "sorted.zarr"), mode="r")
     np.testing.assert_array_equal(out[:], np.sort(x))
     assert out.metadata.zarr_format == 3
@@ -120,25 +122,37 @@ def test_source_unmodified_and_overwrite(tmp_path):
 
 
 @pytest.mark.parametrize("scheduler", ["threads", "distributed"])
-def test_failure_leaves_no_destination_and_no_temporary_store(tmp_path, monkeypatch, scheduler):
+@pytest.mark.parametrize("runs", ["memory", "disk"])
+def test_failure_leaves_no_destination_and_no_temporary_store(tmp_path, monkeypatch, scheduler, runs):
     src = make_zarr(tmp_path / "keys.zarr", keys("int64", 4_000), 500)
 
-    real = gpusort.zarr_io._merge_chunk
+    if runs == "disk":
+        real = gpusort.zarr_io._merge_chunk
 
-    def first_fails_others_write_late(store, splits, j, *args):
-        if j == 0:
-            raise RuntimeError("merge failed on purpose")
-        time.sleep(0.2)  # still running when the failure is reported
-        return real(store, splits, j, *args)
+        def first_fails_others_write_late(store, splits, j, *args):
+            if j == 0:
+                raise RuntimeError("merge failed on purpose")
+            time.sleep(0.2)  # still running when the failure is reported
+            return real(store, splits, j, *args)
 
-    monkeypatch.setattr(gpusort.zarr_io, "_merge_chunk", first_fails_others_write_late)
+        monkeypatch.setattr(gpusort.zarr_io, "_merge_chunk", first_fails_others_write_late)
+    else:
+        real = gpusort.zarr_io._GuardedWrites.__setitem__
+
+        def first_fails_others_write_late(target, index, value):
+            if index[0].start == 0:
+                raise RuntimeError("write failed on purpose")
+            time.sleep(0.2)
+            real(target, index, value)
+
+        monkeypatch.setattr(gpusort.zarr_io._GuardedWrites, "__setitem__", first_fails_others_write_late)
     with contextlib.ExitStack() as stack:
         if scheduler == "distributed":
             cluster = stack.enter_context(LocalCluster(n_workers=1, threads_per_worker=4, processes=False,
                                                        dashboard_address=None))
             stack.enter_context(Client(cluster))
         with pytest.raises(RuntimeError, match="on purpose"):
-            sort_zarr(src, tmp_path / "sorted.zarr", argsort_dst=tmp_path / "order.zarr")
+            sort_zarr(src, tmp_path / "sorted.zarr", argsort_dst=tmp_path / "order.zarr", runs=runs)
         time.sleep(0.5)  # a write still under way would land now
     assert not (tmp_path / "sorted.zarr").exists()
     assert not (tmp_path / "order.zarr").exists()
@@ -184,6 +198,8 @@ def test_a_failed_second_move_puts_the_first_back(tmp_path, monkeypatch):
     ("ok", {"temp_dir": "nowhere"}, FileNotFoundError, "temp_dir: .*nowhere is not an existing directory"),
     ("ok", {"temp_dir": "keys.zarr/zarr.json"}, FileNotFoundError, "temp_dir: .* is not an existing directory"),
     ("ok", {"temp_dir": 3}, TypeError, "temp_dir must be a path"),
+    ("ok", {"runs": "ram"}, ValueError, "runs='ram' is not known; choose one of 'auto', 'memory', 'disk'"),
+    ("ok", {"runs": "memory", "temp_dir": "."}, ValueError, "temp_dir is where runs wait on disk.*pass runs='disk'"),
 ])
 def test_clear_errors(tmp_path, make, call, error, message):
     src = tmp_path / "keys.zarr"
@@ -243,12 +259,41 @@ def test_merges_read_only_their_slices(tmp_path, monkeypatch, n, src_chunks, out
         return real(store, k, a, b)
 
     monkeypatch.setattr(gpusort.zarr_io._RunStore, "read", recording)
-    sort_zarr(src, tmp_path / "sorted.zarr", chunks=out_chunks, argsort_dst=tmp_path / "order.zarr")
+    sort_zarr(src, tmp_path / "sorted.zarr", chunks=out_chunks, argsort_dst=tmp_path / "order.zarr", runs="disk")
     np.testing.assert_array_equal(read(tmp_path / "order.zarr"), np.argsort(x, kind="stable"))
     nruns, nout = -(-n // src_chunks), -(-n // out_chunks)
     assert len(reads) == nruns * nout
     assert sum(b - a for _, a, b in reads) == n
     assert max(b - a for _, a, b in reads) <= out_chunks
+
+
+def test_runs_in_memory_on_a_cluster_write_no_run(tmp_path, monkeypatch):
+    """``runs="auto"`` on workers with room: gpusort's exchange between reads and writes, no store of runs."""
+    x = keys("float64", 30_000, seed=5)
+    src = make_zarr(tmp_path / "keys.zarr", x, 2_000)
+
+    def no_store(*args, **kwargs):
+        raise AssertionError("runs went to disk")
+
+    monkeypatch.setattr(gpusort.zarr_io, "_store_runs", no_store)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, memory_limit="1GiB",
+                      dashboard_address=None) as cluster, Client(cluster):
+        assert gpusort.zarr_io.runs_in_memory(30_000 * 16)
+        sort_zarr(src, tmp_path / "sorted.zarr", argsort_dst=tmp_path / "order.zarr", chunks=7_000)
+    want = ref_argsort(x)
+    assert_same_keys(read(tmp_path / "sorted.zarr"), x[want])
+    np.testing.assert_array_equal(read(tmp_path / "order.zarr"), want)
+    assert leftovers(tmp_path) == []
+
+
+def test_runs_auto_follows_the_workers_memory_limits():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, memory_limit="8MiB",
+                      dashboard_address=None) as cluster, Client(cluster):
+        # Three copies within half of the 16 MiB the two workers may hold.
+        assert gpusort.zarr_io.runs_in_memory(2**20)
+        assert not gpusort.zarr_io.runs_in_memory(2**22)
+        assert gpusort.zarr_io.runs_in_memory(2**22, "memory")
+    assert not gpusort.zarr_io.runs_in_memory(2**20, temp_dir="/tmp")
 
 
 def test_data_larger_than_worker_memory(tmp_path):

@@ -64,6 +64,14 @@ def gpu_memory(budget: int | None = None) -> staging.GpuMemory:
         return memory
 
 
+def default_budget() -> int:
+    """The GPU memory budget of a sort that gives none, on this process's current GPU, in bytes.
+
+    :data:`DEFAULT_FRACTION` of the memory that was free when it was first asked.
+    """
+    return gpu_memory(None).budget
+
+
 def memory_stats(reset: bool = False) -> dict[str, Any]:
     """Measured GPU memory of the out-of-core path in this process (run it on each worker).
 

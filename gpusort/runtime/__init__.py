@@ -18,13 +18,14 @@ Nothing here imports CuPy, dask-cuda or distributed until it is asked for
 something that needs them.
 """
 
-from gpusort.runtime.clusters import (KINDS, UCX_POOL_FRACTION, _INSTALL_GPU, cluster, cuda_cluster_missing,
-                                      dask_config, default_backend, gpus, resolve, visible_devices)
+from gpusort.runtime.clusters import (KINDS, UCX_POOL_FRACTION, _INSTALL_GPU, cluster, codec_threads,
+                                      cuda_cluster_missing, dask_config, default_backend, gpus, resolve,
+                                      visible_devices)
 from gpusort.runtime.options import add_options, count, flags, from_options, size
 from gpusort.runtime.record import (VERSIONED, _Lines, bytes_moved, disk_speed, environment, phase_of,
                                     phase_seconds, phase_timer, progress, task_costs, version, write_json)
 
 __all__ = ["KINDS", "UCX_POOL_FRACTION", "VERSIONED", "_INSTALL_GPU", "_Lines", "add_options", "bytes_moved",
-           "cluster", "count", "cuda_cluster_missing", "dask_config", "default_backend", "disk_speed",
-           "environment", "flags", "from_options", "gpus", "phase_of", "phase_seconds", "phase_timer",
+           "cluster", "codec_threads", "count", "cuda_cluster_missing", "dask_config", "default_backend",
+           "disk_speed", "environment", "flags", "from_options", "gpus", "phase_of", "phase_seconds", "phase_timer",
            "progress", "resolve", "size", "task_costs", "version", "visible_devices", "write_json"]

@@ -96,6 +96,21 @@ def default_backend() -> str:
 # --- the cluster ----------------------------------------------------------------------------
 
 
+def codec_threads() -> int:
+    """Threads a GPU worker runs where Zarr's codecs bound the work: a core per thread, at least 4.
+
+    Decoding a source and compressing its sorted copy keep every core busy,
+    where the 4 threads a GPU that the GPU's own work needs leave most of
+    them idle (benchmarks/NOTES.md, Zarr).
+
+    Examples
+    --------
+    >>> codec_threads() >= 4
+    True
+    """
+    return max(4, (os.cpu_count() or 4) // max(1, len(gpus()[0])))
+
+
 @contextlib.contextmanager
 def cluster(
     kind: str = "auto",

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from gpusort.runtime.clusters import _TAKES, cluster
+from gpusort.runtime.clusters import _TAKES, cluster, codec_threads, resolve
 
 
 def count(text: str) -> int:
@@ -106,19 +106,24 @@ def add_options(parser: argparse.ArgumentParser, *, gpu: bool = False) -> None:
 
 
 @contextlib.contextmanager
-def from_options(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None,
-                 **overrides: Any) -> Iterator[Any]:
+def from_options(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None, *,
+                 codecs: bool = False, **overrides: Any) -> Iterator[Any]:
     """:func:`cluster` as the options of :func:`add_options` in ``args`` say, ``overrides`` winning.
 
     With ``parser``, a cluster that cannot start (the ValueError of
     :func:`cluster`) exits the program with status 2 and the reason in one
-    line, naming flags (:func:`flags`).
+    line, naming flags (:func:`flags`).  ``codecs``: the work is bound by
+    Zarr's codecs, not the GPU, so a new GPU cluster whose threads are not
+    given runs :func:`codec_threads` a worker.
     """
     names = set().union(*_TAKES.values())  # every option some cluster kind takes
     options = {name: getattr(args, name) for name in names if hasattr(args, name)} | overrides
+    kind = options.pop("kind", args.cluster)
     with contextlib.ExitStack() as stack:
         try:
-            client = stack.enter_context(cluster(options.pop("kind", args.cluster), **options))
+            if codecs and options.get("threads") is None and resolve(kind) == "cuda":
+                options["threads"] = codec_threads()
+            client = stack.enter_context(cluster(kind, **options))
         except ValueError as exc:
             if parser is None:
                 raise
