@@ -282,14 +282,17 @@ def _graph(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None, ch
         splits = corank.merge_path_splits(ranks, np.array([0, lengths[0]]), *lengths)
     name = "merge-" + token
     for j in range(len(ranks) - 1):
-        sides = []
+        reads, inputs = [], []
         for s, k in enumerate(keys):
             # Merge Path's bound on the co-ranks of r_j and r_{j+1}, and one element before (the join's check).
             low, high = max(ranks[j] - lengths[1 - s] - 1, 0), min(ranks[j + 1], lengths[s])
-            sides.append([[c, starts[s][c], int(size), (k.name, c), None if values is None else (values[s].name, c)]
-                          for c, size in enumerate(k.chunks[0]) if size and starts[s][c] < high
-                          and starts[s][c] + size > low])
-        dsk[(name, j)] = (_merge, spec, splits, j, sides)
+            for c, size in enumerate(k.chunks[0]):
+                if size and starts[s][c] < high and starts[s][c] + size > low:
+                    reads.append((s, c, starts[s][c], int(size)))
+                    inputs += [(k.name, c)] + ([] if values is None else [(values[s].name, c)])
+        # The chunks' places go as one array, which Dask passes as it is: in
+        # nested lists it would look for keys in every number.
+        dsk[(name, j)] = (_merge, spec, splits, j, np.array(reads, dtype=np.int64).reshape(-1, 4), *inputs)
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=keys + (values or []))
     chunks = (tuple(int(c) for c in np.diff(ranks)),)
     if values is None:
@@ -319,7 +322,10 @@ def _plan(g: int, lengths: list[int], inner: np.ndarray, samples_a: list, sample
 def _windows(spec: _Merge, side: int, start: int, plan: tuple[np.ndarray, np.ndarray], chunk: Any) -> list:
     """This chunk's part of every boundary's window on its input: order keys, one array per boundary."""
     lo, hi = (np.clip(bound[:, side] - start, 0, len(chunk)) for bound in plan)
-    return [to_numpy(spec.okeys(chunk[a:b])) for a, b in zip(lo.tolist(), hi.tolist())]
+    # Most boundaries' windows miss this chunk: an empty one costs no encode
+    # and no copy from the GPU, where each would wait for the device.
+    empty = to_numpy(spec.okeys(chunk[:0]))
+    return [to_numpy(spec.okeys(chunk[a:b])) if a < b else empty for a, b in zip(lo.tolist(), hi.tolist())]
 
 
 def _splits(ranks: np.ndarray, lengths: list[int], plan, windows_a: list, windows_b: list) -> np.ndarray:
@@ -330,8 +336,16 @@ def _splits(ranks: np.ndarray, lengths: list[int], plan, windows_a: list, window
     return corank.merge_path_splits(ranks, found[:, 0], *lengths)
 
 
-def _merge(spec: _Merge, splits: np.ndarray, j: int, sides: list) -> Any:
-    """Output chunk ``j``: its slices of both inputs, checked for order, merged and decoded."""
+def _merge(spec: _Merge, splits: np.ndarray, j: int, reads: np.ndarray, *inputs: Any) -> Any:
+    """Output chunk ``j``: its slices of both inputs, checked for order, merged and decoded.
+
+    ``reads`` has a row ``(side, chunk, offset, size)`` for every chunk of
+    ``inputs`` (each followed by its values' chunk, if any).
+    """
+    step = len(inputs) // max(len(reads), 1)
+    sides: list[list] = [[], []]
+    for (s, c, offset, size), at in zip(reads.tolist(), range(0, len(inputs), step)):
+        sides[s].append((c, offset, size, inputs[at], inputs[at + 1] if step == 2 else None))
     keys, values, okeys = [], [], []
     for s, chunks in enumerate(sides):
         start, stop = int(splits[j, s]), int(splits[j + 1, s])
@@ -393,6 +407,8 @@ def _check_length(name: str, c: int, size: int, chunk: Any) -> None:
 
 def _check_sorted(spec: _Merge, side: int, raw: list, okeys: list, at: list[int]) -> None:
     """A ``ValueError`` at the first position of these consecutive pieces whose key precedes its predecessor."""
+    if not _descends(okeys):
+        return
     for p, o in enumerate(okeys):
         if p and len(okeys[p - 1]) and len(o) and _first_descent(_concat([okeys[p - 1][-1:], o[:1]])):
             _out_of_order(spec, side, at[p], raw[p - 1][-1:], raw[p][:1])
@@ -412,6 +428,24 @@ def _out_of_order(spec: _Merge, side: int, position: int, before: Any, here: Any
 
 def _concat(parts: list) -> Any:
     return namespace(parts[0]).concatenate(parts)
+
+
+def _descends(okeys: list) -> bool:
+    """Whether a key of these consecutive pieces precedes its predecessor, asked of the device once.
+
+    Each question about a piece of GPU memory waits for the device; the
+    answers stay there until all of them are asked.  Rows (complex keys)
+    are answered by :func:`_first_descent` alone.
+    """
+    pieces = [o for o in okeys if len(o)]
+    if not pieces:
+        return False
+    if pieces[0].ndim == 2:
+        return True
+    xp = namespace(pieces[0])
+    found = [xp.any(o[1:] < o[:-1]) for o in pieces]
+    found += [xp.any(o[:1] < before[-1:]) for before, o in zip(pieces, pieces[1:])]
+    return bool(xp.stack(found).any())
 
 
 def _first_descent(okeys: Any) -> int | None:
