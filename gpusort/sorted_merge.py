@@ -322,10 +322,7 @@ def _plan(g: int, lengths: list[int], inner: np.ndarray, samples_a: list, sample
 def _windows(spec: _Merge, side: int, start: int, plan: tuple[np.ndarray, np.ndarray], chunk: Any) -> list:
     """This chunk's part of every boundary's window on its input: order keys, one array per boundary."""
     lo, hi = (np.clip(bound[:, side] - start, 0, len(chunk)) for bound in plan)
-    # Most boundaries' windows miss this chunk: an empty one costs no encode
-    # and no copy from the GPU, where each would wait for the device.
-    empty = to_numpy(spec.okeys(chunk[:0]))
-    return [to_numpy(spec.okeys(chunk[a:b])) if a < b else empty for a, b in zip(lo.tolist(), hi.tolist())]
+    return [to_numpy(spec.okeys(chunk[a:b])) for a, b in zip(lo.tolist(), hi.tolist())]
 
 
 def _splits(ranks: np.ndarray, lengths: list[int], plan, windows_a: list, windows_b: list) -> np.ndarray:
@@ -342,7 +339,7 @@ def _merge(spec: _Merge, splits: np.ndarray, j: int, reads: np.ndarray, *inputs:
     ``reads`` has a row ``(side, chunk, offset, size)`` for every chunk of
     ``inputs`` (each followed by its values' chunk, if any).
     """
-    step = len(inputs) // max(len(reads), 1)
+    step = len(inputs) // len(reads) if len(reads) else 1  # 2: each chunk is followed by its values' chunk
     sides: list[list] = [[], []]
     for (s, c, offset, size), at in zip(reads.tolist(), range(0, len(inputs), step)):
         sides[s].append((c, offset, size, inputs[at], inputs[at + 1] if step == 2 else None))

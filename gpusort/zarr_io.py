@@ -499,8 +499,8 @@ def _on_own_loop(coroutine: Callable[[], Coroutine[Any, Any, Any]], fallback: Ca
 
     Zarr's synchronous API runs every caller's reads and writes on one event
     loop thread, which also copies each decoded chunk into its output: a
-    worker's tasks then read one after another, whatever its threads (4 GiB
-    in 32 chunks on 16 threads: 2.5 s, and 1.0 s on loops of their own).
+    worker's tasks then read one after another, whatever its threads
+    (benchmarks/NOTES.md, Zarr).
     """
     try:
         asyncio.get_running_loop()

@@ -99,8 +99,8 @@ def default_backend() -> str:
 def codec_threads() -> int:
     """Threads a GPU worker runs where Zarr's codecs bound the work: a core per thread, at least 4.
 
-    Decoding a source and compressing its sorted copy keep every core busy,
-    where the 4 threads a GPU that the GPU's own work needs leave most of
+    Decoding a source and compressing its sorted copy keep every core busy;
+    the 4 threads per GPU that the GPU's own work needs would leave most of
     them idle (benchmarks/NOTES.md, Zarr).
 
     Examples
