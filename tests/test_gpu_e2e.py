@@ -93,6 +93,25 @@ def test_all_public_functions_exact(client, chunk_type, dtype):
     assert_balanced(gpusort.sort(keys, chunks=100_000, backend=backend), 100_000)
 
 
+@pytest.mark.parametrize("runs", ["memory", "disk"])
+def test_sort_zarr_on_the_gpu_exact_with_runs_in_memory_or_on_disk(client, tmp_path, runs):
+    """Disk to disk with ``backend="cupy"``: floats with NaN and signed zeros, positions, both places for runs."""
+    import zarr
+
+    rng = np.random.default_rng(11)
+    n = 400_009
+    x = rng.standard_normal(n)
+    x[rng.random(n) < 0.02], x[rng.random(n) < 0.02] = np.nan, -0.0
+    zarr.create_array(str(tmp_path / "keys.zarr"), data=x, chunks=(30_000,))
+    gpusort.sort_zarr(tmp_path / "keys.zarr", tmp_path / "sorted.zarr", argsort_dst=tmp_path / "order.zarr",
+                      backend="cupy", runs=runs, gpu_memory_budget="8MiB", chunks=50_000)
+    want = stable(x)
+    got = zarr.open_array(str(tmp_path / "sorted.zarr"))[:]
+    np.testing.assert_array_equal(got.view(np.uint64), x[want].view(np.uint64))  # the exact bits
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "order.zarr"))[:], want)
+    assert not [p.name for p in tmp_path.iterdir() if "gpusort-tmp" in p.name]
+
+
 def test_wide_values_and_bytes_values_out_of_core(client):
     rng = np.random.default_rng(3)
     n = 300_000
