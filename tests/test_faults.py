@@ -355,15 +355,21 @@ def zarr_source(tmp_path: Path, seed: int) -> tuple[np.ndarray, Path, str]:
     return x, src, tree_digest(src)
 
 
+# The disk path's layers, and the exchange's where the runs stay in memory.
+ZARR_PHASES = [("disk", "runs", 5), ("disk", "merge", 3), ("memory", "transfer", 5), ("memory", "output", 3)]
+
+
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("layer, index", [("runs", 5), ("merge", 3)])
-def test_sort_zarr_survives_a_killed_worker(client, tmp_path, layer, index):
+@pytest.mark.parametrize("runs, layer, index", ZARR_PHASES)
+def test_sort_zarr_survives_a_killed_worker(client, tmp_path, runs, layer, index):
     import zarr
 
     x, src, digest = zarr_source(tmp_path, seed=9)
     (marker,) = arm(client.arms, layer, index)
 
-    gpusort.sort_zarr(src, tmp_path / "sorted.zarr", chunks=6_000, argsort_dst=tmp_path / "order.zarr")
+    with dask.config.set(ONE_CHUNK_PER_TASK):
+        gpusort.sort_zarr(src, tmp_path / "sorted.zarr", chunks=6_000, argsort_dst=tmp_path / "order.zarr",
+                          runs=runs)
 
     fired_pid(marker)
     want = np.argsort(x, kind="stable")
@@ -374,15 +380,16 @@ def test_sort_zarr_survives_a_killed_worker(client, tmp_path, layer, index):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("layer, index", [("runs", 5), ("merge", 3)])
-def test_sort_zarr_that_cannot_finish_leaves_no_partial_destination(client, tmp_path, layer, index):
+@pytest.mark.parametrize("runs, layer, index", ZARR_PHASES)
+def test_sort_zarr_that_cannot_finish_leaves_no_partial_destination(client, tmp_path, runs, layer, index):
     _, src, digest = zarr_source(tmp_path, seed=10)
     scheduler = client.cluster.scheduler
     allowed, scheduler.allowed_failures = scheduler.allowed_failures, 0  # one death is fatal
     (marker,) = arm(client.arms, layer, index)
     try:
-        with pytest.raises(KilledWorker):
-            gpusort.sort_zarr(src, tmp_path / "sorted.zarr", chunks=6_000, argsort_dst=tmp_path / "order.zarr")
+        with pytest.raises(KilledWorker), dask.config.set(ONE_CHUNK_PER_TASK):
+            gpusort.sort_zarr(src, tmp_path / "sorted.zarr", chunks=6_000, argsort_dst=tmp_path / "order.zarr",
+                              runs=runs)
     finally:
         scheduler.allowed_failures = allowed
     fired_pid(marker)
