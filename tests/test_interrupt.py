@@ -46,7 +46,8 @@ SCRIPT = textwrap.dedent("""
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \\
                 Client(cluster):
             print("sorting", flush=True)
-            gpusort.zarr_io.sort_zarr(src, dst, argsort_dst=dst + ".order", temp_dir=temp_dir, overwrite=True)
+            # No temp_dir: the runs wait in memory.
+            gpusort.zarr_io.sort_zarr(src, dst, argsort_dst=dst + ".order", temp_dir=temp_dir or None, overwrite=True)
         print("done", flush=True)
 """)
 
@@ -55,7 +56,8 @@ def leftovers(*folders: Path) -> list[str]:
     return sorted(p.name for folder in folders for p in folder.iterdir() if "gpusort-tmp" in p.name)
 
 
-def start(tmp_path: Path, x: np.ndarray, chunk: int, hook: str) -> tuple[subprocess.Popen, Path, Path]:
+def start(tmp_path: Path, x: np.ndarray, chunk: int, hook: str,
+          runs: str = "disk") -> tuple[subprocess.Popen, Path, Path]:
     src, out, temp = tmp_path / "keys.zarr", tmp_path / "out", tmp_path / "temp"
     out.mkdir()
     temp.mkdir()
@@ -63,7 +65,8 @@ def start(tmp_path: Path, x: np.ndarray, chunk: int, hook: str) -> tuple[subproc
     (tmp_path / "run.py").write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen(
-        [sys.executable, str(tmp_path / "run.py"), str(src), str(out / "sorted.zarr"), str(temp), hook],
+        [sys.executable, str(tmp_path / "run.py"), str(src), str(out / "sorted.zarr"),
+         str(temp) if runs == "disk" else "", hook],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,  # its own process group, that killpg reaches as Ctrl-C would
     )
@@ -90,6 +93,27 @@ def test_ctrl_c_while_sorting_leaves_nothing_behind(tmp_path):
     time.sleep(0.5)  # a worker's late write would land now
     assert leftovers(out, temp) == []
     assert sorted(p.name for p in out.iterdir()) == []  # neither destination appeared
+
+
+def test_ctrl_c_while_sorting_in_memory_leaves_nothing_behind(tmp_path):
+    """Runs in memory: reads, the exchange and the output's writes under way; nothing may stay."""
+    x = np.random.default_rng(3).integers(-2**62, 2**62, 2**25)
+    proc, out, temp = start(tmp_path, x, 2**21, "none", runs="memory")
+    try:
+        deadline = time.monotonic() + 60
+        while not leftovers(out):  # the destination's work folder: the sort has begun
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the sort never started"
+            time.sleep(0.02)
+        time.sleep(1.0)  # chunks being read and sorted by both workers
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
+    time.sleep(0.5)  # a worker's late write would land now
+    assert leftovers(out, temp) == [] and sorted(p.name for p in out.iterdir()) == []
 
 
 @pytest.mark.parametrize("hook", ["during", "after"])
