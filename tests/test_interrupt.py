@@ -73,17 +73,20 @@ def start(tmp_path: Path, x: np.ndarray, chunk: int, hook: str,
     return proc, out, temp
 
 
-def test_ctrl_c_while_sorting_leaves_nothing_behind(tmp_path):
+@pytest.mark.parametrize("runs, settle", [("disk", 0.3), ("memory", 1.0)])
+def test_ctrl_c_while_sorting_leaves_nothing_behind(tmp_path, runs, settle):
+    """Ctrl-C with runs being written to disk, or with reads, the exchange and writes under way in memory."""
     # 256 MiB of keys: a few seconds of sorting on two cores, so still under way.
     x = np.random.default_rng(0).integers(-2**62, 2**62, 2**25)
-    proc, out, temp = start(tmp_path, x, 2**21, "none")
+    proc, out, temp = start(tmp_path, x, 2**21, "none", runs=runs)
+    begun = temp if runs == "disk" else out  # the runs' store, or the destination's work folder
     try:
         deadline = time.monotonic() + 60
-        while not leftovers(temp):  # the runs' store: phase 1 has begun
+        while not leftovers(begun):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the sort never started"
             time.sleep(0.02)
-        time.sleep(0.3)  # runs being written by both workers
+        time.sleep(settle)  # both workers at work
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -93,27 +96,6 @@ def test_ctrl_c_while_sorting_leaves_nothing_behind(tmp_path):
     time.sleep(0.5)  # a worker's late write would land now
     assert leftovers(out, temp) == []
     assert sorted(p.name for p in out.iterdir()) == []  # neither destination appeared
-
-
-def test_ctrl_c_while_sorting_in_memory_leaves_nothing_behind(tmp_path):
-    """Runs in memory: reads, the exchange and the output's writes under way; nothing may stay."""
-    x = np.random.default_rng(3).integers(-2**62, 2**62, 2**25)
-    proc, out, temp = start(tmp_path, x, 2**21, "none", runs="memory")
-    try:
-        deadline = time.monotonic() + 60
-        while not leftovers(out):  # the destination's work folder: the sort has begun
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the sort never started"
-            time.sleep(0.02)
-        time.sleep(1.0)  # chunks being read and sorted by both workers
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
-    time.sleep(0.5)  # a worker's late write would land now
-    assert leftovers(out, temp) == [] and sorted(p.name for p in out.iterdir()) == []
 
 
 @pytest.mark.parametrize("hook", ["during", "after"])
