@@ -230,14 +230,22 @@ def task_groups(lengths: tuple[int, ...], element_bytes: int, target: int) -> li
 
 def threads() -> int:
     """Threads that will run the graph: the distributed client's workers', or the local pool's."""
+    client = _client()
+    if client is not None:
+        return max(1, sum(client.nthreads().values()))
+    from dask.system import CPU_COUNT
+
+    return dask.config.get("num_workers", None) or CPU_COUNT
+
+
+def _client() -> Any:
+    """The default ``distributed`` client, or ``None`` under a local scheduler (or without distributed)."""
     try:
         from distributed import default_client
 
-        return max(1, sum(default_client().nthreads().values()))
+        return default_client()
     except (ImportError, ValueError):
-        from dask.system import CPU_COUNT
-
-        return dask.config.get("num_workers", None) or CPU_COUNT
+        return None
 
 
 def declared_chunks(keys: da.Array, values: da.Array | None, a: int, b: int) -> list[tasks.Declared]:
@@ -341,11 +349,8 @@ def exchange_method() -> str:
         raise ValueError(f"dask config gpusort.exchange={method!r}; use 'auto', 'p2p' or 'local'")
     if method != "auto":
         return method
-    try:
-        from distributed import default_client
-
-        client = default_client()
-    except (ImportError, ValueError):  # no distributed client: a local scheduler
+    client = _client()
+    if client is None:
         return "local"
     info = client.scheduler_info(n_workers=2)
     return "p2p" if info.get("n_workers", len(info["workers"])) > 1 else "local"
@@ -428,11 +433,8 @@ def default_budget_seen() -> int:
     whole-GPU step moves every key across the host link twice where runs and
     merges move it four times.
     """
-    try:
-        from distributed import default_client
-
-        client = default_client()
-    except (ImportError, ValueError):  # no distributed client: a local scheduler
+    client = _client()
+    if client is None:
         return _default_budget_here()
     return min(client.run(_default_budget_here).values(), default=0)
 

@@ -50,7 +50,7 @@ def share_setting() -> float:
 
 
 def written() -> int:
-    """Bytes this process has written to files with :func:`to_file` so far (run it on the workers)."""
+    """Bytes this process has written to files with :func:`to_files` so far (run it on the workers)."""
     with _lock:
         return _written
 
