@@ -106,18 +106,7 @@ def plan_windows(
     if total == 0:
         zeros = np.zeros((len(ranks), nruns), dtype=np.int64)
         return zeros, zeros.copy()
-    merged_index = _merged_index(samples, counts)
-    # Make merged indices increase across the concatenation (run k shifted by
-    # k·(total+1)), so one searchsorted answers "how many samples of run k sit
-    # before merged index i" for every (i, k) at once.
-    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    run_of = np.repeat(np.arange(nruns, dtype=np.int64), counts)
-    keyed = merged_index + run_of * (total + 1)
-
-    def samples_before(index: np.ndarray) -> np.ndarray:
-        shift = np.arange(nruns, dtype=np.int64) * (total + 1)
-        at = np.searchsorted(keyed, index[:, None] + shift[None, :], side="left")
-        return at - first[None, :]
+    samples_before = _before_rows(samples, counts) if any(s.ndim == 2 for s in samples) else _before_keys(samples)
 
     ranks = np.asarray(ranks, dtype=np.int64)
     ia = np.minimum(ranks // g, total - 1)
@@ -132,32 +121,48 @@ def plan_windows(
     return lo.astype(np.int64), hi.astype(np.int64)
 
 
-#: Runs up to which :func:`_merged_index` counts by binary searches rather than a sort.
-SEARCHED_RUNS = 8
+def _before_keys(samples: Sequence[np.ndarray]):
+    """``samples_before(index)`` for 1-D samples: per run, its samples before merged position ``index``.
 
-
-def _merged_index(samples: Sequence[np.ndarray], counts: np.ndarray) -> np.ndarray:
-    """Every sample's index in the merge of all samples in the strict order ``(key, run, position)``.
-
-    For a few runs of 1-D keys, counted: sample ``i`` of run ``k`` has ``i``
-    samples of its own run before it, and of each other run ``m`` those below
-    it, or not above it when ``m < k`` (``searchsorted``).  Otherwise a stable
-    sort of the run-major concatenation, which breaks ties the same way.
+    The strict order is ``(key, run, position)``.  Position ``i`` of the
+    merge holds the ``i``-th smallest key ``v`` (one sort of the sample
+    values, no merged index of every sample): before it come every run's
+    samples below ``v``, and of the ``i - (those below)`` ties with ``v``,
+    the first ones in run order.
     """
+    merged = np.sort(np.concatenate(samples))
+
+    def samples_before(index: np.ndarray) -> np.ndarray:
+        v = merged[index]
+        below = np.stack([np.searchsorted(s, v, "left") for s in samples], axis=1)
+        equal = np.stack([np.searchsorted(s, v, "right") for s in samples], axis=1) - below
+        ties = (index - below.sum(axis=1))[:, None]
+        ahead = np.cumsum(equal, axis=1) - equal  # ties in the runs before each
+        return below + np.clip(ties - ahead, 0, equal)
+
+    return samples_before
+
+
+def _before_rows(samples: Sequence[np.ndarray], counts: np.ndarray):
+    """``samples_before(index)`` for rows of composite keys: every sample's merged index, by one stable sort."""
     total = int(counts.sum())
-    if len(samples) > SEARCHED_RUNS or any(s.ndim == 2 for s in samples):
-        order = argsort_rows(np.concatenate(samples))
-        merged = np.empty(total, dtype=np.int64)
-        merged[order] = np.arange(total, dtype=np.int64)
-        return merged
-    parts = []
-    for k, s in enumerate(samples):
-        index = np.arange(len(s), dtype=np.int64)
-        for m, other in enumerate(samples):
-            if m != k and len(other):
-                index += np.searchsorted(other, s, "right" if m < k else "left")
-        parts.append(index)
-    return np.concatenate(parts)
+    order = argsort_rows(np.concatenate(samples))
+    merged_index = np.empty(total, dtype=np.int64)
+    merged_index[order] = np.arange(total, dtype=np.int64)
+    # Make merged indices increase across the concatenation (run k shifted by
+    # k·(total+1)), so one searchsorted answers "how many samples of run k sit
+    # before merged index i" for every (i, k) at once.
+    nruns = len(samples)
+    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    run_of = np.repeat(np.arange(nruns, dtype=np.int64), counts)
+    keyed = merged_index + run_of * (total + 1)
+
+    def samples_before(index: np.ndarray) -> np.ndarray:
+        shift = np.arange(nruns, dtype=np.int64) * (total + 1)
+        at = np.searchsorted(keyed, index[:, None] + shift[None, :], side="left")
+        return at - first[None, :]
+
+    return samples_before
 
 
 def refine_splits(

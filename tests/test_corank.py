@@ -13,7 +13,7 @@ def strict_prefix_counts(runs, r):
 
 @st.composite
 def sorted_runs(draw):
-    nruns = draw(st.integers(1, 9))
+    nruns = draw(st.integers(1, 40))
     distinct = draw(st.integers(1, 6))
     runs = []
     for _ in range(nruns):
