@@ -10,7 +10,7 @@ pinned buffers per GPU allocated once per process (``dask.config``
 ``gpusort.pinned-bytes``, default :data:`PINNED_BYTES`):
 
 * a copy is cut in stripes, one per *lane*: a host thread with two slots
-  (up to :data:`LANES_PER_COPY` lanes per copy);
+  (up to :data:`LANES_UP` lanes an upload, :data:`LANES_DOWN` a download);
 * up, each lane copies slice ``i + 1`` of its stripe into one slot while the
   copy engine moves slice ``i`` out of the other; down, the copy engine
   fills one slot while the lane empties the other.
@@ -47,11 +47,12 @@ import numpy as np
 
 import cupy
 import cupyx
+from cupy.cuda import runtime
 
 from gpusort.hostpool import HostPool
 
 #: Pinned staging bytes per GPU and process, unless ``dask.config`` ``gpusort.pinned-bytes`` says otherwise.
-PINNED_BYTES = 256 * 2**20
+PINNED_BYTES = 128 * 2**20
 #: Pinned bytes per GPU and process that hold out-of-core runs
 #: (:func:`run_pool`), unless ``dask.config`` ``gpusort.run-pool-bytes`` says
 #: otherwise: none by default, since pinning is slow the first time and the
@@ -59,21 +60,22 @@ PINNED_BYTES = 256 * 2**20
 RUN_POOL_BYTES = 0
 #: Seconds a run pool keeps its block with no run in it.
 RUN_POOL_IDLE_SECONDS = 30.0
-#: Bytes per slot.  Small enough that the default pool has two lanes' worth
-#: for each of several copies at once; big enough that a slot's fixed cost
-#: (a few Python calls and a DMA launch) stays a small part of the time one
-#: thread takes to fill it.
-SLOT_BYTES = 8 * 2**20
-#: Lanes (host threads, each with two slots) one copy uses at most: half the
-#: cores, so that an upload and a download run at once.  More lanes speed up
-#: a copy that runs alone a little, but an upload and a download at once
-#: are bound by the link whatever the lanes, and a copy that takes every
-#: core makes the whole sort slower.
-LANES_PER_COPY = max(1, min(8, (os.cpu_count() or 2) // 2))
+#: Bytes per slot.  An upload and a download at once moved more per second
+#: through 4 MiB slots than through 8 MiB ones, the lanes at work then
+#: holding half the pinned pages (benchmarks/NOTES.md); below 2 MiB a slot's
+#: fixed cost (a memmove and a DMA launch, by address) was most of a slot's time.
+SLOT_BYTES = 4 * 2**20
+#: Lanes (host threads, each with two slots) an upload and a download take
+#: at most: together one per core, since a step's upload overlaps another's
+#: download, and the download's more, since its target is new memory whose
+#: first touch costs as much as the copy.
+LANES_UP = max(1, (os.cpu_count() or 2) * 3 // 8)
+LANES_DOWN = max(1, (os.cpu_count() or 2) - LANES_UP)
 #: Lanes a copy takes that runs alone (a step that uploads, sorts and
 #: downloads, with no other copy to overlap): one per core, as free lanes allow.
 LANES_ALONE = max(1, os.cpu_count() or 2)
 _ONE_LANE = 4 * 2**20  # copies below this take one lane
+_ALIGN = 4096  # stripes start at page boundaries
 
 _MEMORY_TYPE_HOST = 1  # cudaMemoryTypeHost; pageable memory reads 0 (unregistered)
 
@@ -111,7 +113,7 @@ def _size_setting(key: str, default: int) -> int:
 class PinnedSlots:
     """A fixed set of pinned host buffers of one GPU, lent to copies as *lanes* of two slots.
 
-    Allocated once, in one block.  A copy takes up to :data:`LANES_PER_COPY`
+    Allocated once, in one block.  A copy takes up to its share of
     free lanes (at least one; it waits while none is free), so the pinned
     memory a process holds is ``nbytes`` however many copies run.  Each slot
     carries the event of the last copy-engine use of it: whoever uses it
@@ -122,8 +124,8 @@ class PinnedSlots:
         self.slot_bytes = min(slot_bytes, nbytes // 2)
         count = nbytes // self.slot_bytes // 2 * 2
         self.nbytes = count * self.slot_bytes
-        memory = cupyx.empty_pinned((self.nbytes,), np.uint8)
-        self.buffers = [memory[i * self.slot_bytes:(i + 1) * self.slot_bytes] for i in range(count)]
+        self.memory = cupyx.empty_pinned((self.nbytes,), np.uint8)
+        self.pointers = [self.memory.ctypes.data + i * self.slot_bytes for i in range(count)]
         self.events = [cupy.cuda.Event(disable_timing=True) for _ in range(count)]
         for event in self.events:
             event.record()
@@ -205,8 +207,8 @@ def registered_block(nbytes: int) -> np.ndarray:
     edges = [nbytes * i // LANES_ALONE for i in range(LANES_ALONE + 1)]
     # ctypes calls let go of the interpreter lock: the lanes touch their pages in parallel.
     list(_lanes.map(lambda ab: ctypes.memset(at + ab[0], 0, ab[1] - ab[0]), zip(edges[:-1], edges[1:])))
-    cupy.cuda.runtime.hostRegister(at, nbytes, 0)
-    weakref.finalize(block, cupy.cuda.runtime.hostUnregister, at).atexit = False
+    runtime.hostRegister(at, nbytes, 0)
+    weakref.finalize(block, runtime.hostUnregister, at).atexit = False
     return block
 
 
@@ -221,20 +223,21 @@ def is_pinned(x: np.ndarray) -> bool:
     if x.nbytes == 0:
         return True
     try:
-        attrs = cupy.cuda.runtime.pointerGetAttributes(x.ctypes.data)
-    except cupy.cuda.runtime.CUDARuntimeError:
+        attrs = runtime.pointerGetAttributes(x.ctypes.data)
+    except runtime.CUDARuntimeError:
         return False
     return attrs.type == _MEMORY_TYPE_HOST
 
 
-def to_device(host: np.ndarray | Sequence[np.ndarray], out: cupy.ndarray, lanes: int = LANES_PER_COPY) -> None:
+def to_device(host: np.ndarray | Sequence[np.ndarray], out: cupy.ndarray, lanes: int | None = None) -> None:
     """Copy contiguous ``host`` (an array, or parts laid end to end) into ``out`` on ``streams().work``; async.
 
     ``out`` has the bytes of all parts.  Pinned sources go in one DMA each;
-    pageable ones through the pinned slots, in stripes, one per lane, each
-    lane packing as many parts into a slot as it holds: a merge's hundreds
-    of small slices cost a DMA per slot, not a lane and a DMA per slice.
-    Kernels enqueued on ``work`` afterwards see the data.
+    pageable ones through the pinned slots, in stripes, one per lane (up
+    to ``lanes``, default :data:`LANES_UP`), each lane packing as many parts
+    into a slot as it holds: a merge's hundreds of small slices cost a DMA
+    per slot, not a lane and a DMA per slice.  Kernels enqueued on ``work``
+    afterwards see the data.
     """
     parts = [_bytes(p) for p in ([host] if isinstance(host, np.ndarray) else host) if p.nbytes]
     dst, s = out.view(np.uint8).reshape(-1), streams().work
@@ -246,14 +249,16 @@ def to_device(host: np.ndarray | Sequence[np.ndarray], out: cupy.ndarray, lanes:
             dst[at:at + p.size].set(p, stream=s)
             at += p.size
         return
-    _striped(_up_lane, parts, dst, s, lanes)
+    ranges = [(p.ctypes.data, p.size) for p in parts]
+    _striped(_up_lane, ranges, dst.data.ptr, dst.size, s, LANES_UP if lanes is None else lanes)
 
 
-def to_host(dev: cupy.ndarray, out: np.ndarray, lanes: int = LANES_PER_COPY) -> None:
+def to_host(dev: cupy.ndarray, out: np.ndarray, lanes: int | None = None) -> None:
     """Copy ``dev`` (made on ``streams().work``) into contiguous host ``out``; done when this returns.
 
     The copy runs on ``down`` once ``work`` has made ``dev``: pinned targets
-    in one DMA, pageable ones through the pinned slots, one stripe per lane.
+    in one DMA, pageable ones through the pinned slots, one stripe per lane
+    (up to ``lanes``, default :data:`LANES_DOWN`).
     """
     src, dst = dev.view(np.uint8).reshape(-1), _bytes(out)
     s = streams()
@@ -263,24 +268,27 @@ def to_host(dev: cupy.ndarray, out: np.ndarray, lanes: int = LANES_PER_COPY) -> 
     if is_pinned(out):
         _get(src, dst, s.down)
         s.down.synchronize()
-    else:
-        _striped(_down_lane, src, dst, s.down, lanes)  # each lane waits for its own slices
+    else:  # each lane waits for its own slots
+        _striped(_down_lane, src.data.ptr, dst.ctypes.data, dst.size, s.down, LANES_DOWN if lanes is None else lanes)
 
 
-def _striped(lane_fn, src: Any, dst: Any, s: cupy.cuda.Stream, most: int) -> None:
-    """``lane_fn`` over equal stripes of ``src -> dst``, one per lane lent (up to ``most``), each on its own thread.
+def _striped(lane_fn, src: Any, dst: int, nbytes: int, s: cupy.cuda.Stream, most: int) -> None:
+    """``lane_fn`` over equal stripes of ``nbytes`` from ``src`` to address ``dst``, one per lane lent (up to ``most``).
 
-    ``src`` is an array, or (uploads) a list of byte arrays laid end to end,
-    of which each lane gets the pieces in its stripe.  Each lane pipelines
-    its stripe through its two slots on its own, so a copy pays one fork and
-    join, not one per slice, and the host-side copies (and the page faults
-    of a fresh target) run on every lane at once.
+    ``src`` is an address, or (uploads) a list of host ``(address, size)``
+    ranges laid end to end, of which each lane gets the pieces in its
+    stripe.  Each lane pipelines its stripe through its two slots on its
+    own thread, so a copy pays one fork and join, not one per slot, and the
+    host-side copies (and the page faults of a fresh target) run on every
+    lane at once.  Lanes copy by address (``memmove``, ``cudaMemcpyAsync``):
+    no array is made per slot, and neither call holds the interpreter lock
+    while it copies.
     """
     pool, device = slots(), cupy.cuda.Device().id
-    most = 1 if dst.size < _ONE_LANE else most
+    most = 1 if nbytes < _ONE_LANE else most
     with pool.take(most) as lanes:
-        edges = [dst.size * i // len(lanes) for i in range(len(lanes) + 1)]
-        jobs = [_lanes.submit(_on_device, device, lane_fn, pool, lane, _stripe(src, a, b), dst[a:b], s)
+        edges = [nbytes * i // len(lanes) // _ALIGN * _ALIGN for i in range(len(lanes))] + [nbytes]
+        jobs = [_lanes.submit(_on_device, device, lane_fn, pool, lane, _stripe(src, a, b), dst + a, b - a, s)
                 for lane, a, b in zip(lanes, edges[:-1], edges[1:])]
         futures.wait(jobs)  # every lane done with its slots before they go back
         for job in jobs:
@@ -288,15 +296,15 @@ def _striped(lane_fn, src: Any, dst: Any, s: cupy.cuda.Stream, most: int) -> Non
 
 
 def _stripe(src: Any, a: int, b: int) -> Any:
-    """Bytes ``a:b`` of ``src``: a slice of an array, or the pieces of a list of arrays laid end to end."""
+    """Bytes ``a:b`` of ``src``: an address plus ``a``, or the pieces of a list of ``(address, size)`` ranges."""
     if not isinstance(src, list):
-        return src[a:b]
+        return src + a
     pieces, at = [], 0
-    for p in src:
-        lo, hi = max(a, at), min(b, at + p.size)
+    for address, size in src:
+        lo, hi = max(a, at), min(b, at + size)
         if lo < hi:
-            pieces.append(p[lo - at:hi - at])
-        at += p.size
+            pieces.append((address + lo - at, hi - lo))
+        at += size
     return pieces
 
 
@@ -305,44 +313,44 @@ def _on_device(device: int, lane_fn, *args) -> None:
         lane_fn(*args)
 
 
-def _up_lane(pool: PinnedSlots, lane: tuple[int, int], pieces: list[np.ndarray], dst: cupy.ndarray,
+def _up_lane(pool: PinnedSlots, lane: tuple[int, int], pieces: list[tuple[int, int]], dst: int, nbytes: int,
              s: cupy.cuda.Stream) -> None:
-    """Host ``pieces`` end to end into device ``dst``: fill one slot while the copy engine empties the other."""
+    """Host ``pieces`` end to end into device address ``dst``: fill one slot while the copy engine empties the other."""
     i, filled, start = 0, 0, 0  # slots used, bytes in the current one, where it goes in dst
-    for piece in pieces:
+    for address, size in pieces:
         at = 0
-        while at < piece.size:
+        while at < size:
+            slot = lane[i % 2]
             if filled == 0:
-                pool.events[lane[i % 2]].synchronize()  # the copy engine is done with this slot
-            buffer = pool.buffers[lane[i % 2]]
-            take = min(piece.size - at, pool.slot_bytes - filled)
-            np.copyto(buffer[filled:filled + take], piece[at:at + take])
+                pool.events[slot].synchronize()  # the copy engine is done with this slot
+            take = min(size - at, pool.slot_bytes - filled)
+            ctypes.memmove(pool.pointers[slot] + filled, address + at, take)
             filled, at = filled + take, at + take
             if filled == pool.slot_bytes:
-                _send(pool, lane[i % 2], dst[start:start + filled], s)
+                _send(pool, slot, dst + start, filled, s)
                 i, start, filled = i + 1, start + filled, 0
     if filled:
-        _send(pool, lane[i % 2], dst[start:start + filled], s)
+        _send(pool, lane[i % 2], dst + start, filled, s)
 
 
-def _send(pool: PinnedSlots, slot: int, dst: cupy.ndarray, s: cupy.cuda.Stream) -> None:
-    dst.set(pool.buffers[slot][:dst.size], stream=s)
+def _send(pool: PinnedSlots, slot: int, dst: int, nbytes: int, s: cupy.cuda.Stream) -> None:
+    runtime.memcpyAsync(dst, pool.pointers[slot], nbytes, runtime.memcpyHostToDevice, s.ptr)
     pool.events[slot].record(s)
 
 
-def _down_lane(pool: PinnedSlots, lane: tuple[int, int], src: cupy.ndarray, dst: np.ndarray,
+def _down_lane(pool: PinnedSlots, lane: tuple[int, int], src: int, dst: int, nbytes: int,
                s: cupy.cuda.Stream) -> None:
-    """Device stripe ``src`` into host ``dst``: the copy engine fills one slot while this thread empties the other."""
+    """``nbytes`` from device address ``src`` to host address ``dst``: the copy engine fills one slot while this thread empties the other."""
     pending: list[tuple[int, int, int]] = []
-    for i, a in enumerate(range(0, src.size, pool.slot_bytes)):
-        b = min(src.size, a + pool.slot_bytes)
+    for i, a in enumerate(range(0, nbytes, pool.slot_bytes)):
+        size = min(nbytes - a, pool.slot_bytes)
         if len(pending) == 2:
             _drain(pool, pending.pop(0), dst)
         slot = lane[i % 2]
         s.wait_event(pool.events[slot])  # an upload may still be reading this slot
-        _get(src[a:b], pool.buffers[slot][: b - a], s)
+        runtime.memcpyAsync(pool.pointers[slot], src + a, size, runtime.memcpyDeviceToHost, s.ptr)
         pool.events[slot].record(s)
-        pending.append((slot, a, b))
+        pending.append((slot, a, size))
     for item in pending:
         _drain(pool, item, dst)
 
@@ -355,10 +363,10 @@ def _get(src: cupy.ndarray, out: np.ndarray, s: cupy.cuda.Stream) -> None:
         src.get(stream=s, out=out)
 
 
-def _drain(pool: PinnedSlots, item: tuple[int, int, int], dst: np.ndarray) -> None:
-    slot, a, b = item
+def _drain(pool: PinnedSlots, item: tuple[int, int, int], dst: int) -> None:
+    slot, a, size = item
     pool.events[slot].synchronize()
-    np.copyto(dst[a:b], pool.buffers[slot][: b - a])
+    ctypes.memmove(dst + a, pool.pointers[slot], size)
 
 
 def _bytes(x: np.ndarray) -> np.ndarray:

@@ -380,7 +380,8 @@ class _Steps:
 
 
 def _sort_step(memory: staging.GpuMemory, keys: np.ndarray, values: np.ndarray | None, out: Pair) -> None:
-    staged = _staged([keys]), None if values is None else _staged([values])
+    lanes = staging.LANES_ALONE if _all_pinned(out) else None  # a run that goes down by DMA: every lane up
+    staged = _staged([keys], lanes), None if values is None else _staged([values], lanes)
     result = dispatch.mergesort(*staged, overwrite_input=True)  # two copies of the data on the GPU, not three
     del staged
     _download(memory, result, out)
@@ -424,10 +425,16 @@ def _merge_step(memory: staging.GpuMemory, pieces: Sequence[Pair], out: Pair) ->
     runs = [(keys[a:b], None if values is None else values[a:b]) for a, b in zip(starts[:-1], starts[1:])]
     result = dispatch.merge_tree(runs, scratch=(keys, values))  # level 2 on writes over the staged slices
     del keys, values, runs
-    _download(memory, result, out)
+    # Slices that came up by DMA (runs in the run pool): every lane down.
+    _download(memory, result, out, staging.LANES_ALONE if all(_all_pinned(piece) for piece in pieces) else None)
 
 
-def _download(memory: staging.GpuMemory, result: Pair, out: Pair, lanes: int = staging.LANES_PER_COPY) -> None:
+def _all_pinned(arrays: Pair) -> bool:
+    """Whether every host array of ``arrays`` is pinned: its copies are DMA alone, with no lane."""
+    return all(staging.is_pinned(x) for x in arrays if x is not None)
+
+
+def _download(memory: staging.GpuMemory, result: Pair, out: Pair, lanes: int | None = None) -> None:
     """``result`` into host ``out``, with the step's reservation lowered to what ``result`` holds.
 
     The scratch buffer is free by now, so the next step may start its
@@ -439,7 +446,7 @@ def _download(memory: staging.GpuMemory, result: Pair, out: Pair, lanes: int = s
             staging.to_host(dev, host, lanes)
 
 
-def _staged(parts: Sequence[np.ndarray], lanes: int = staging.LANES_PER_COPY) -> cupy.ndarray:
+def _staged(parts: Sequence[np.ndarray], lanes: int | None = None) -> cupy.ndarray:
     """The host ``parts`` concatenated in one new GPU array (one copy each, through pinned memory)."""
     out = cupy.empty(sum(len(p) for p in parts), parts[0].dtype)
     staging.to_device(parts, out, lanes)
