@@ -17,6 +17,7 @@ from importlib import import_module
 from typing import Any, Literal, Protocol, Sequence
 
 from gpusort.arrays import is_cupy
+from gpusort.cuda.tuning import VALUE_DTYPES
 
 BACKENDS = ("numpy", "cupy")
 Pair = tuple[Any, Any]
@@ -116,9 +117,9 @@ def backend_for(meta: Any) -> str:
     return "cupy" if is_cupy(meta) else "numpy"
 
 
-#: Value widths (bytes) the GPU kernels move with their keys; wider values
-#: are sorted by position and gathered on the host.
-MOVABLE_VALUE_BYTES = (1, 2, 4, 8)
+#: Value widths (bytes) the GPU kernels move with their keys, the widths they
+#: are built for; wider values are sorted by position and gathered on the host.
+MOVABLE_VALUE_BYTES = tuple(VALUE_DTYPES)
 #: Keys of a run that :meth:`Backend.is_sorted` reads before it reads them all.
 SORTED_SAMPLE = 1024
 
