@@ -187,11 +187,10 @@ def sort_zarr(
     ...     print(zarr.open_array(os.path.join(d, "sorted.zarr"))[:], zarr.open_array(os.path.join(d, "order.zarr"))[:])
     [0 1 2 3 4 5] [5 2 4 1 3 0]
     """
-    x, dests, options, temp = _prepare(
+    x, dests, backend, chunk, temp = _prepare(
         src, dst, chunks=chunks, descending=descending, backend=backend, argsort_dst=argsort_dst,
         overwrite=overwrite, gpu_memory_budget=gpu_memory_budget, temp_dir=temp_dir, runs=runs)
-    backend, chunk = options.spec(x._meta), options.chunk(x.shape[0], x.numblocks[0])
-    descending, positions = options.descending, "argsort_dst" in dests
+    descending, positions = bool(descending), "argsort_dst" in dests
     in_memory = runs_in_memory(x.nbytes + (8 * x.shape[0] if positions else 0), runs, temp)
 
     with contextlib.ExitStack() as stack:
@@ -427,8 +426,8 @@ def _merge_chunk(store: _RunStore, splits: np.ndarray, j: int, start: int, outpu
 def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str | None,
              argsort_dst: Any, overwrite: bool, gpu_memory_budget: int | str | None = None,
              temp_dir: Any = None, runs: str = "auto"
-             ) -> tuple[da.Array, dict[str, Path], SortOptions, Path | None]:
-    """Check :func:`sort_zarr`'s arguments before any work: (keys, destinations, options, temp_dir)."""
+             ) -> tuple[da.Array, dict[str, Path], str | BackendSpec, int, Path | None]:
+    """Check :func:`sort_zarr`'s arguments before any work: (keys, destinations, backend, chunk, temp_dir)."""
     x = as_dask_array(src, "src")
     order.check_key_dtype(x.dtype, "src")
     options = SortOptions.of(descending, chunks, backend, gpu_memory_budget)
@@ -451,7 +450,7 @@ def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str |
             raise FileNotFoundError(
                 f"temp_dir: {temp_dir} is not an existing directory; create it first, "
                 "or leave temp_dir out to keep the runs beside dst")
-    return x, dests, options, temp_dir
+    return x, dests, options.spec(x._meta), options.chunk(x.shape[0], x.numblocks[0]), temp_dir
 
 
 def as_dask_array(a: Any, argname: str) -> da.Array:
