@@ -1,4 +1,4 @@
-"""The run pool's allocator (:mod:`gpusort.hostpool`), on the CPU: leases, views, reuse, release."""
+"""The host allocators (:mod:`gpusort.hostpool`), on the CPU: the run pool's leases, views, reuse, release; the cache's kept buffers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import weakref
 import numpy as np
 import pytest
 
-from gpusort.hostpool import ALIGN, HostPool
+from gpusort.hostpool import ALIGN, HostCache, HostPool
 
 
 def block_pool(nbytes: int = 2**20, idle: float = 30.0) -> tuple[HostPool, list]:
@@ -138,3 +138,90 @@ def test_a_negative_length_is_refused_and_leases_nothing():
     with pytest.raises(ValueError, match="n=-1"):
         pool.empty(-1, np.int64)
     assert pool.leased_bytes() == 0
+
+
+# --- HostCache: buffers kept for later arrays ------------------------------------------------
+
+
+def test_a_cached_buffer_serves_a_later_array_of_about_its_size_only():
+    cache = HostCache(2**22)
+    a = cache.empty(2**16, np.int64)  # 512 KiB
+    a[:] = 5
+    at = a.ctypes.data
+    del a
+    assert cache.kept_bytes() == 2**19
+    small = cache.empty(2**10, np.int64)  # far smaller: a buffer of its own, the big one stays kept
+    assert small.ctypes.data != at and cache.kept_bytes() == 2**19
+    b = cache.empty(2**16 - 1000, np.float64)  # 7/8 or more of the kept buffer: served from it
+    assert b.ctypes.data == at and b.shape == (2**16 - 1000,) and b.dtype == np.float64
+    assert b.flags.writeable and b.flags.c_contiguous and cache.kept_bytes() == 0
+    b[:] = 1.5
+    assert (b == 1.5).all()
+
+
+def test_a_view_keeps_the_buffer_from_the_cache_until_it_is_gone():
+    cache = HostCache(2**22)
+    a = cache.empty(1000, np.int32)
+    view = a[10:20]
+    del a
+    assert cache.kept_bytes() == 0
+    del view
+    assert cache.kept_bytes() == ALIGN
+
+
+def test_the_cache_keeps_at_most_its_bytes_and_lets_go_when_idle():
+    cache = HostCache(3 * ALIGN, idle_seconds=0.05)
+    arrays = [cache.empty(ALIGN, np.uint8) for _ in range(5)]
+    buffers = [weakref.ref(a.base.block) for a in arrays]
+    del arrays
+    assert cache.kept_bytes() == 3 * ALIGN
+    assert sum(b() is None for b in buffers) == 2  # past the bound: let go at once
+    deadline = time.time() + 5
+    while any(b() is not None for b in buffers) and time.time() < deadline:
+        time.sleep(0.02)
+    assert cache.kept_bytes() == 0 and all(b() is None for b in buffers)
+
+
+def test_a_cache_of_no_bytes_keeps_nothing():
+    cache = HostCache(0)
+    a = cache.empty(10, np.int64)
+    buffer = weakref.ref(a.base.block)
+    del a
+    assert cache.kept_bytes() == 0 and buffer() is None
+
+
+def test_threads_get_disjoint_buffers_from_the_cache():
+    cache = HostCache(8 * ALIGN)
+    seen: list = []
+    lock = threading.Lock()
+
+    def work(i: int) -> None:
+        for _ in range(200):
+            a = cache.empty(ALIGN // 8, np.int64)
+            a[:] = i
+            with lock:
+                seen.append(bool((a == i).all()))
+            del a
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 1600 and all(seen) and cache.kept_bytes() <= 8 * ALIGN
+
+
+def test_a_buffer_returned_while_its_thread_holds_the_cache_does_not_deadlock():
+    cache = HostCache(2**20)
+    a = cache.empty(100, np.int64)
+
+    def drop_inside() -> None:
+        nonlocal a
+        with cache._lock:
+            del a
+
+    worker = threading.Thread(target=drop_inside)
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive()
+    assert cache.kept_bytes() == ALIGN
