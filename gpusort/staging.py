@@ -49,7 +49,7 @@ import cupy
 import cupyx
 from cupy.cuda import runtime
 
-from gpusort.hostpool import HostPool
+from gpusort.hostpool import HostCache, HostPool
 
 #: Pinned staging bytes per GPU and process, unless ``dask.config`` ``gpusort.pinned-bytes`` says otherwise.
 PINNED_BYTES = 128 * 2**20
@@ -60,6 +60,8 @@ PINNED_BYTES = 128 * 2**20
 RUN_POOL_BYTES = 0
 #: Seconds a run pool keeps its block with no run in it.
 RUN_POOL_IDLE_SECONDS = 30.0
+#: Seconds the host cache (:func:`host_cache`) keeps unused buffers while no sort uses it.
+HOST_CACHE_IDLE_SECONDS = 10.0
 #: Bytes per slot.  An upload and a download at once moved more per second
 #: through 4 MiB slots than through 8 MiB ones, the lanes at work then
 #: holding half the pinned pages (benchmarks/NOTES.md); below 2 MiB a slot's
@@ -83,6 +85,7 @@ _lanes = ThreadPoolExecutor(64, thread_name_prefix="gpusort-staging")  # threads
 _lock = threading.Lock()
 _slots: dict[int, "PinnedSlots"] = {}
 _pools: dict[int, HostPool] = {}
+_caches: dict[int, HostCache] = {}  # by its size setting; one at a time
 _streams: dict[int, "Streams"] = {}
 
 
@@ -97,6 +100,20 @@ def pinned_bytes_setting() -> int:
 def run_pool_bytes_setting() -> int:
     """Pinned bytes per GPU for runs: ``dask.config`` ``gpusort.run-pool-bytes`` (default 0: none)."""
     return _size_setting("gpusort.run-pool-bytes", RUN_POOL_BYTES)
+
+
+def host_cache_bytes_setting() -> int:
+    """Most bytes of freed runs and chunks kept for later sorts: ``dask.config`` ``gpusort.host-cache-bytes``.
+
+    The default, ``"auto"``, is a quarter of the host's memory shared by the
+    GPUs this process sees; 0 keeps nothing.
+    """
+    import dask
+
+    if dask.config.get("gpusort.host-cache-bytes", "auto") == "auto":
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return memory // 4 // max(1, runtime.getDeviceCount())
+    return _size_setting("gpusort.host-cache-bytes", 0)
 
 
 def _size_setting(key: str, default: int) -> int:
@@ -191,6 +208,29 @@ def run_pool() -> HostPool | None:
         return pool
 
 
+def host_cache() -> HostCache | None:
+    """The process's cache of freed runs and output chunks, or ``None`` where ``gpusort.host-cache-bytes`` is 0."""
+    nbytes = host_cache_bytes_setting()
+    if nbytes <= 0:
+        return None
+    with _lock:
+        if nbytes not in _caches:
+            _caches.clear()
+            _caches[nbytes] = HostCache(nbytes, HOST_CACHE_IDLE_SECONDS)
+        return _caches[nbytes]
+
+
+def host_empty(n: int, dtype: Any) -> np.ndarray:
+    """A new host array for a run or an output chunk, from :func:`host_cache` where there is one.
+
+    A run or chunk is written once, by a download from the GPU, and the
+    pages of a buffer an earlier sort freed take that copy at about twice
+    the speed of new pages (which the kernel zeroes at their first touch).
+    """
+    cache = host_cache()
+    return np.empty(n, dtype) if cache is None else cache.empty(n, dtype)
+
+
 def registered_block(nbytes: int) -> np.ndarray:
     """``nbytes`` of ordinary host memory, touched by a lane per core, then page-locked in one registration.
 
@@ -243,10 +283,10 @@ def to_device(host: np.ndarray | Sequence[np.ndarray], out: cupy.ndarray, lanes:
     dst, s = out.view(np.uint8).reshape(-1), streams().work
     if sum(p.size for p in parts) != dst.size:
         raise ValueError(f"to_device: {sum(p.size for p in parts)} bytes of parts into {dst.size} bytes")
-    if all(is_pinned(p) for p in parts):
-        at = 0
+    if all(is_pinned(p) for p in parts):  # by address: CuPy's set() of host memory it did not pin waits for the copy
+        at = dst.data.ptr
         for p in parts:
-            dst[at:at + p.size].set(p, stream=s)
+            runtime.memcpyAsync(at, p.ctypes.data, p.size, runtime.memcpyHostToDevice, s.ptr)
             at += p.size
         return
     ranges = [(p.ctypes.data, p.size) for p in parts]
@@ -266,7 +306,8 @@ def to_host(dev: cupy.ndarray, out: np.ndarray, lanes: int | None = None) -> Non
     made.record(s.work)
     s.down.wait_event(made)
     if is_pinned(out):
-        _get(src, dst, s.down)
+        if dst.size:
+            runtime.memcpyAsync(dst.ctypes.data, src.data.ptr, dst.size, runtime.memcpyDeviceToHost, s.down.ptr)
         s.down.synchronize()
     else:  # each lane waits for its own slots
         _striped(_down_lane, src.data.ptr, dst.ctypes.data, dst.size, s.down, LANES_DOWN if lanes is None else lanes)
@@ -353,14 +394,6 @@ def _down_lane(pool: PinnedSlots, lane: tuple[int, int], src: int, dst: int, nby
         pending.append((slot, a, size))
     for item in pending:
         _drain(pool, item, dst)
-
-
-def _get(src: cupy.ndarray, out: np.ndarray, s: cupy.cuda.Stream) -> None:
-    """Enqueue the copy of ``src`` into ``out`` on ``s`` without waiting for it."""
-    try:
-        src.get(stream=s, out=out, blocking=False)
-    except TypeError:  # a CuPy without `blocking`: its get waits for the copy
-        src.get(stream=s, out=out)
 
 
 def _drain(pool: PinnedSlots, item: tuple[int, int, int], dst: int) -> None:

@@ -193,6 +193,38 @@ def test_runs_from_the_run_pool_are_exact_and_go_back_to_it():
     assert pool.release() and pool.held_bytes() == 0
 
 
+def test_a_sorts_freed_runs_and_chunks_serve_the_next_sort_exactly():
+    """Out-of-core results come from the host cache: one sort's freed buffers take the next sort's, bit for bit."""
+    from gpusort import staging
+    from gpusort.backends import BackendSpec, get_backend
+
+    backend = get_backend(BackendSpec("cupy", parse_budget("16MiB")))
+    rng = np.random.default_rng(10)
+    x, y = rng.integers(-2**62, 2**62, 3_000_000), rng.normal(size=3_000_000)
+    y[::1000] = np.nan
+    with dask.config.set({"gpusort.host-cache-bytes": "256MiB"}):
+        cache = staging.host_cache()
+        assert cache is not None and cache.nbytes == 256 * 2**20
+        run, _ = backend.sort_run(x)  # sub-runs, then a merge into the run
+        np.testing.assert_array_equal(run, np.sort(x))
+        at = run.ctypes.data
+        del run
+        assert cache.kept_bytes() >= x.nbytes  # the run's buffer and the sub-runs'
+        again, _ = backend.sort_run(y)  # the same size: the freed run's buffer, new contents
+        assert again.ctypes.data == at
+        np.testing.assert_array_equal(again.view(np.uint64), np.sort(y).view(np.uint64))
+        del again
+        z = gpusort.sort(da.from_array(x, chunks=250_000), backend="cupy", gpu_memory_budget="16MiB")
+        np.testing.assert_array_equal(z.compute(scheduler="threads"), np.sort(x))
+        cache.release()
+        assert cache.kept_bytes() == 0
+    assert staging.host_cache_bytes_setting() > 0  # the default keeps some
+    with dask.config.set({"gpusort.host-cache-bytes": 0}):
+        assert staging.host_cache() is None
+        run, _ = backend.sort_run(x)
+        np.testing.assert_array_equal(run, np.sort(x))
+
+
 def test_a_registered_block_is_pinned_until_it_is_freed():
     """The run pool's block: zeroed, page-locked for DMA in one registration, unregistered as it is freed."""
     import gc

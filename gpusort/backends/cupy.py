@@ -354,7 +354,8 @@ def _bits(values: np.ndarray) -> np.ndarray:
 class _Steps:
     """:class:`gpusort.budget.Device` on this GPU: each step within ``memory``'s budget.
 
-    Results land in ordinary (pageable) host memory: the copies go through
+    Results land in ordinary (pageable) host memory, from the host cache
+    (:func:`gpusort.staging.host_empty`): the copies go through
     :mod:`gpusort.staging`'s few pinned slots, never through pinned arrays
     the size of the data.  ``pooled``: results are runs, which come from
     the run pool while it has room (:func:`gpusort.staging.run_pool`).
@@ -366,7 +367,7 @@ class _Steps:
 
     def empty(self, n: int, dtype: Any) -> np.ndarray:
         out = None if self.pool is None else self.pool.empty(n, dtype)
-        return np.empty(n, dtype) if out is None else out
+        return staging.host_empty(n, dtype) if out is None else out
 
     def sort(self, keys: np.ndarray, values: np.ndarray | None, out: Pair) -> None:
         vb = 0 if values is None else values.dtype.itemsize
@@ -400,7 +401,7 @@ def _whole_step(memory: staging.GpuMemory, keys: Sequence[np.ndarray],
     result = decode(okeys), v
     del okeys
     dtype = values[0].dtype if values is not None and not isinstance(values, tuple) else np.dtype(np.int64)
-    out = tuple(None if x is None else np.empty(x.shape, x.dtype) for x in result)
+    out = tuple(None if x is None else staging.host_empty(x.size, x.dtype).reshape(x.shape) for x in result)
     _download(memory, result, out, alone)
     return out[0], None if out[1] is None else out[1].view(dtype)
 
