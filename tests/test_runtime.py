@@ -246,3 +246,22 @@ def test_a_local_cluster_leaves_a_heap_the_caller_froze_as_it_was():
         assert 0 < gc.get_freeze_count() <= frozen  # the caller's freeze outlives the cluster
     finally:
         gc.unfreeze()
+
+
+def test_gpu_workers_copy_large_blocks_past_the_cache_unless_the_user_tuned_glibc(monkeypatch):
+    """A ``"process"`` cluster's worker (as every GPU cluster's) starts with glibc's non-temporal threshold set."""
+    from gpusort.runtime import clusters
+
+    def tunables(client) -> list:
+        return list(client.run(lambda: os.environ.get("GLIBC_TUNABLES")).values())
+
+    monkeypatch.setenv("GLIBC_TUNABLES", "")
+    monkeypatch.delenv("GLIBC_TUNABLES")  # and put back as it was after the test: starting a worker sets it here
+    with runtime.cluster("process", threads=1) as client:
+        assert tunables(client) == [f"glibc.cpu.x86_non_temporal_threshold={clusters.NON_TEMPORAL_BYTES:#x}"]
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.check=0")
+    with runtime.cluster("process", threads=1) as client:
+        assert tunables(client) == ["glibc.malloc.check=0"]
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    with runtime.cluster("local", workers=1, threads=1) as client:
+        assert tunables(client) == [None]  # a CPU cluster's workers keep glibc's own choice

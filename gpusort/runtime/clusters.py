@@ -44,6 +44,12 @@ _INSTALL_GPU = "pip install 'gpusort[cuda12]' (or [cuda13])"
 #: The RMM pool each worker of a ``"cuda"`` cluster over UCX starts with, as a
 #: share of its GPU's memory, unless ``rmm_pool_size`` says otherwise.
 UCX_POOL_FRACTION = 0.8
+#: In the worker processes of GPU clusters started here, glibc copies this
+#: many bytes or more with non-temporal stores (``GLIBC_TUNABLES``, x86; read
+#: as a process starts): their large copies are staging copies into pinned
+#: slots and out of them, whose target no CPU reads back, and a store that
+#: skips the cache skips reading the target's lines first.
+NON_TEMPORAL_BYTES = 2**20
 
 
 # --- GPUs -----------------------------------------------------------------------------------
@@ -311,11 +317,13 @@ def _start(kind: str, options: dict[str, Any], dashboard: bool) -> Any:
     if kind in ("local", "process"):
         from distributed import LocalCluster
 
-        if kind == "process":
-            kw["n_workers"] = 1
-            if devices is not None:
-                kw["env"] = {"CUDA_VISIBLE_DEVICES": devices}
-        return LocalCluster(processes=True, **kw)
+        if kind == "local":
+            return LocalCluster(processes=True, **kw)
+        kw["n_workers"] = 1
+        if devices is not None:
+            kw["env"] = {"CUDA_VISIBLE_DEVICES": devices}
+        with _gpu_worker_environ():
+            return LocalCluster(processes=True, **kw)
     why = cuda_cluster_missing()
     if why:
         raise ValueError(f"kind='cuda' cannot start here: {why}; or use kind='local'")
@@ -338,7 +346,23 @@ def _start(kind: str, options: dict[str, Any], dashboard: bool) -> Any:
     kw["pre_import"] = ["gpusort.backends.cupy", "gpusort.exchange"]
     from dask_cuda import LocalCUDACluster
 
-    return LocalCUDACluster(**kw)
+    with _gpu_worker_environ():
+        return LocalCUDACluster(**kw)
+
+
+def _gpu_worker_environ() -> contextlib.AbstractContextManager:
+    """Dask's config, while GPU workers start, with :data:`NON_TEMPORAL_BYTES` in their environment.
+
+    ``distributed.nanny.pre-spawn-environ`` is set in the environment before a
+    worker process starts, where glibc reads it.  Tunables the user set, in
+    this environment or in that config, are left as they are.
+    """
+    import dask
+
+    if "GLIBC_TUNABLES" in os.environ or "GLIBC_TUNABLES" in dask.config.get("distributed.nanny.pre-spawn-environ", {}):
+        return contextlib.nullcontext()
+    tunable = f"glibc.cpu.x86_non_temporal_threshold={NON_TEMPORAL_BYTES:#x}"
+    return dask.config.set({"distributed.nanny.pre-spawn-environ.GLIBC_TUNABLES": tunable})
 
 
 @contextlib.contextmanager
