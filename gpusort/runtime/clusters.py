@@ -47,8 +47,8 @@ UCX_POOL_FRACTION = 0.8
 #: In the worker processes of GPU clusters started here, glibc copies this
 #: many bytes or more with non-temporal stores (``GLIBC_TUNABLES``, x86; read
 #: as a process starts): their large copies are staging copies into pinned
-#: slots and out of them, whose target no CPU reads back, and a store that
-#: skips the cache skips reading the target's lines first.
+#: slots and out of them, whose target no CPU reads back, so their stores
+#: need not pass through the cache.
 NON_TEMPORAL_BYTES = 2**20
 
 
