@@ -93,32 +93,36 @@ def test_a_block_left_idle_is_dropped_with_nobody_asking():
     assert block() is None and pool.held_bytes() == 0
 
 
-def test_a_lease_dropped_while_its_thread_holds_the_pool_does_not_deadlock():
-    """A finalizer may run in a garbage collection on a thread inside the pool: it must not wait for itself."""
-    pool, _ = block_pool()
-    a = pool.empty(100, np.int64)
+@pytest.mark.parametrize("make, taken_back", [
+    (lambda: block_pool()[0], lambda pool: pool.leased_bytes() == 0),
+    (lambda: HostCache(2**20), lambda cache: cache.kept_bytes() == ALIGN),
+], ids=["pool", "cache"])
+def test_an_array_dropped_while_its_thread_holds_the_allocator_does_not_deadlock(make, taken_back):
+    """A finalizer may run in a garbage collection on a thread inside the allocator: it must not wait for itself."""
+    owner = make()
+    a = owner.empty(100, np.int64)
 
     def drop_inside() -> None:
         nonlocal a
-        with pool._lock:
+        with owner._lock:
             del a
 
     worker = threading.Thread(target=drop_inside)
     worker.start()
     worker.join(5)
     assert not worker.is_alive()
-    assert pool.leased_bytes() == 0
+    assert taken_back(owner)
 
 
-def test_threads_lease_disjoint_bytes():
-    pool, made = block_pool(64 * ALIGN)
+def hammer(owner) -> list[bool]:
+    """8 threads, 200 times each: take a page-sized array, fill it with the thread's number, check it, drop it."""
     seen: list = []
     lock = threading.Lock()
 
     def work(i: int) -> None:
         for _ in range(200):
-            a = pool.empty(ALIGN // 8, np.int64)
-            if a is None:
+            a = owner.empty(ALIGN // 8, np.int64)
+            if a is None:  # a full pool
                 continue
             a[:] = i
             with lock:
@@ -130,6 +134,12 @@ def test_threads_lease_disjoint_bytes():
         t.start()
     for t in threads:
         t.join()
+    return seen
+
+
+def test_threads_lease_disjoint_bytes():
+    pool, made = block_pool(64 * ALIGN)
+    seen = hammer(pool)
     assert seen and all(seen) and pool.leased_bytes() == 0 and len(made) == 1
 
 
@@ -192,36 +202,5 @@ def test_a_cache_of_no_bytes_keeps_nothing():
 
 def test_threads_get_disjoint_buffers_from_the_cache():
     cache = HostCache(8 * ALIGN)
-    seen: list = []
-    lock = threading.Lock()
-
-    def work(i: int) -> None:
-        for _ in range(200):
-            a = cache.empty(ALIGN // 8, np.int64)
-            a[:] = i
-            with lock:
-                seen.append(bool((a == i).all()))
-            del a
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    seen = hammer(cache)
     assert len(seen) == 1600 and all(seen) and cache.kept_bytes() <= 8 * ALIGN
-
-
-def test_a_buffer_returned_while_its_thread_holds_the_cache_does_not_deadlock():
-    cache = HostCache(2**20)
-    a = cache.empty(100, np.int64)
-
-    def drop_inside() -> None:
-        nonlocal a
-        with cache._lock:
-            del a
-
-    worker = threading.Thread(target=drop_inside)
-    worker.start()
-    worker.join(5)
-    assert not worker.is_alive()
-    assert cache.kept_bytes() == ALIGN
