@@ -283,7 +283,7 @@ def to_device(host: np.ndarray | Sequence[np.ndarray], out: cupy.ndarray, lanes:
     dst, s = out.view(np.uint8).reshape(-1), streams().work
     if sum(p.size for p in parts) != dst.size:
         raise ValueError(f"to_device: {sum(p.size for p in parts)} bytes of parts into {dst.size} bytes")
-    if all(is_pinned(p) for p in parts):  # by address: CuPy's set() of host memory it did not pin waits for the copy
+    if all(is_pinned(p) for p in parts):  # by address, as the lanes copy
         at = dst.data.ptr
         for p in parts:
             runtime.memcpyAsync(at, p.ctypes.data, p.size, runtime.memcpyHostToDevice, s.ptr)
