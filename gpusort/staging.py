@@ -69,8 +69,9 @@ HOST_CACHE_IDLE_SECONDS = 10.0
 SLOT_BYTES = 4 * 2**20
 #: Lanes (host threads, each with two slots) an upload and a download take
 #: at most: together one per core, since a step's upload overlaps another's
-#: download, and the download's more, since its target is new memory whose
-#: first touch costs as much as the copy.
+#: download, and the download's more, since its target may be new memory
+#: (a first sort's, or past the host cache) whose first touch costs as much
+#: as the copy.
 LANES_UP = max(1, (os.cpu_count() or 2) * 3 // 8)
 LANES_DOWN = max(1, (os.cpu_count() or 2) - LANES_UP)
 #: Lanes a copy takes that runs alone (a step that uploads, sorts and
