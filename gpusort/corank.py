@@ -110,13 +110,12 @@ def plan_windows(
 
     ranks = np.asarray(ranks, dtype=np.int64)
     ia = np.minimum(ranks // g, total - 1)
-    q = samples_before(ia)
-    lo = np.where(q > 0, (q - 1) * g + 1, 0)
-
     ib = -(-ranks // g) + nruns - 1
     past = ib >= total
-    q = samples_before(np.minimum(ib, total - 1))
-    hi = np.minimum(q * g, lengths[None, :])
+    # Both ends of every window in one search of the samples.
+    qa, qb = np.split(samples_before(np.concatenate((ia, np.minimum(ib, total - 1)))), 2)
+    lo = np.where(qa > 0, (qa - 1) * g + 1, 0)
+    hi = np.minimum(qb * g, lengths[None, :])
     hi[past] = lengths
     return lo.astype(np.int64), hi.astype(np.int64)
 
@@ -125,15 +124,15 @@ def _before_keys(samples: Sequence[np.ndarray]):
     """``samples_before(index)`` for 1-D samples: per run, its samples before merged position ``index``.
 
     The strict order is ``(key, run, position)``.  Position ``i`` of the
-    merge holds the ``i``-th smallest key ``v`` (one sort of the sample
-    values, no merged index of every sample): before it come every run's
-    samples below ``v``, and of the ``i - (those below)`` ties with ``v``,
-    the first ones in run order.
+    merge holds the ``i``-th smallest key ``v`` (:func:`_nth_keys`, no
+    merged index of every sample): before it come every run's samples below
+    ``v``, and of the ``i - (those below)`` ties with ``v``, the first ones
+    in run order.
     """
-    merged = np.sort(np.concatenate(samples))
+    nth = _nth_keys(samples)
 
     def samples_before(index: np.ndarray) -> np.ndarray:
-        v = merged[index]
+        v = nth(index)
         below = np.stack([np.searchsorted(s, v, "left") for s in samples], axis=1)
         equal = np.stack([np.searchsorted(s, v, "right") for s in samples], axis=1) - below
         ties = (index - below.sum(axis=1))[:, None]
@@ -141,6 +140,47 @@ def _before_keys(samples: Sequence[np.ndarray]):
         return below + np.clip(ties - ahead, 0, equal)
 
     return samples_before
+
+
+def _nth_keys(samples: Sequence[np.ndarray]):
+    """``nth(index)``: the ``index``-th smallest key of the sorted ``samples`` together, for every index.
+
+    Integer keys are found by bisection over their range: each of at most
+    ``8·itemsize`` rounds counts the keys up to a guess with a binary search
+    per run, which costs microseconds where sorting every sample (millions
+    of them for a large sort) costs tens of milliseconds of the splitters'
+    task, on the path between the phases.  Other keys (floats, ordered as
+    floats) are sorted once.
+
+    Examples
+    --------
+    >>> nth = _nth_keys([np.array([1, 4, 4]), np.array([2, 4, 9])])
+    >>> nth(np.arange(6)).tolist()
+    [1, 2, 4, 4, 4, 9]
+    """
+    dtype = samples[0].dtype
+    if dtype.kind not in "iub":
+        merged = np.sort(np.concatenate(samples))
+        return lambda index: merged[index]
+    held = [s for s in samples if len(s)]
+    # Bisect in the unsigned type of the keys' width, where halving a range
+    # cannot overflow: a signed key maps there, in order, by flipping its sign bit.
+    unsigned = np.dtype(f"u{dtype.itemsize}")
+    flip = unsigned.type(1 << (8 * dtype.itemsize - 1) if dtype.kind == "i" else 0)
+    least = np.array(min(s[0] for s in held), dtype).view(unsigned) ^ flip
+    most = np.array(max(s[-1] for s in held), dtype).view(unsigned) ^ flip
+
+    def nth(index: np.ndarray) -> np.ndarray:
+        lo, hi = np.full(len(index), least, unsigned), np.full(len(index), most, unsigned)
+        while (lo < hi).any():
+            guess = lo + (hi - lo) // 2
+            keys = (guess ^ flip).view(dtype)
+            past = sum(np.searchsorted(s, keys, "right") for s in held) > index  # the answer is at most the guess
+            hi = np.where(past, guess, hi)
+            lo = np.where(past, lo, guess + 1)
+        return (lo ^ flip).view(dtype)
+
+    return nth
 
 
 def _before_rows(samples: Sequence[np.ndarray], counts: np.ndarray):
@@ -197,22 +237,26 @@ def refine_splits(
         return lo.copy()
     if any(w.ndim == 2 for w in windows):
         return _refine_rows(ranks, lo, hi, windows)
-    starts = np.concatenate((np.zeros((1, nruns), np.int64), np.cumsum(width, axis=0)))
-    take = np.asarray(ranks, dtype=np.int64) - lo.sum(axis=1)
+    # Python ints: slicing by NumPy scalars costs more than the slice's keys.
+    starts = np.concatenate((np.zeros((1, nruns), np.int64), np.cumsum(width, axis=0))).tolist()
+    take = (np.asarray(ranks, dtype=np.int64) - lo.sum(axis=1)).tolist()
+    held = width.sum(axis=1).tolist()
     splits = lo.copy()
     for j in range(nbounds):
-        pieces = [windows[k][starts[j, k]:starts[j + 1, k]] for k in range(nruns)]
-        total = int(width[j].sum())
-        if take[j] <= 0:
+        t = take[j]
+        if t <= 0:
             continue
-        if take[j] >= total:
+        if t >= held[j]:
             splits[j] = hi[j]
             continue
-        v = np.partition(np.concatenate(pieces), take[j])[take[j]]
-        below = np.array([np.searchsorted(p, v, "left") for p in pieces], dtype=np.int64)
-        equal = np.array([np.searchsorted(p, v, "right") for p in pieces], dtype=np.int64) - below
+        pieces = [w[a:b] for w, a, b in zip(windows, starts[j], starts[j + 1])]
+        keys = np.concatenate(pieces)
+        keys.partition(t)  # in place: the concatenation is this call's own
+        v = keys[t]
+        below = np.array([p.searchsorted(v, "left") for p in pieces], dtype=np.int64)
+        equal = np.array([p.searchsorted(v, "right") for p in pieces], dtype=np.int64) - below
         # Ties go to the runs in run order: the strict order (key, run, position).
-        left = take[j] - below.sum()
+        left = t - below.sum()
         before = np.concatenate(([0], np.cumsum(equal)[:-1]))
         splits[j] += below + np.clip(left - before, 0, equal)
     return splits
@@ -236,13 +280,16 @@ def _refine_rows(ranks: np.ndarray, lo: np.ndarray, hi: np.ndarray, windows: Seq
     return lo + counts.reshape(nbounds, nruns)
 
 
-def exact_splits(runs: Sequence[Any], ranks: np.ndarray, g: int | None = None) -> np.ndarray:
+def exact_splits(
+    runs: Sequence[Any], ranks: np.ndarray, g: int | None = None, cut: Sequence[np.ndarray] | None = None
+) -> np.ndarray:
     """Split vectors of ``ranks`` (inner boundaries) over sorted runs held in this process, in one step.
 
     ``runs`` are the runs' order keys, NumPy or CuPy arrays: samples and
     windows are cut where the runs live and only they come to host memory.
-    The split vectors of the ends (all zeros, the lengths) are added, as
-    :func:`split_vectors` does.
+    ``cut`` are the runs' samples at stride ``g`` where they were cut before
+    (:func:`samples`); ``g`` is then required.  The split vectors of the ends
+    (all zeros, the lengths) are added, as :func:`split_vectors` does.
 
     Examples
     --------
@@ -255,7 +302,7 @@ def exact_splits(runs: Sequence[Any], ranks: np.ndarray, g: int | None = None) -
     if not len(ranks):
         return split_vectors(lengths, ranks)
     g = g or sample_stride(sum(lengths), len(runs), len(ranks))
-    plan = plan_windows([samples(r, g) for r in runs], lengths, ranks, g)
+    plan = plan_windows([samples(r, g) for r in runs] if cut is None else cut, lengths, ranks, g)
     windows = [window_keys(r, plan, k) for k, r in enumerate(runs)]
     return split_vectors(lengths, ranks, plan, windows)
 

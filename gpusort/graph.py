@@ -10,9 +10,12 @@
                (:mod:`gpusort.order`) sorted on the backend.  Chunks in GPU
                memory make one run, one kernel call over all of them; host
                chunks one run per thread (:func:`run_bytes`).
+  ``samples-`` one task per run, run as soon as the run is made: every
+               ``g``-th of its keys, the splitters' samples.
   ``splits-``  one task: the exact split vectors of every merge block's edges
-               over the runs (:func:`gpusort.corank.exact_splits`), cut from
-               the runs where they are; absent for one run.
+               over the runs (:func:`gpusort.corank.exact_splits`), from the
+               samples and the few keys around each edge that they leave open,
+               cut from the runs where they are; absent for one run.
   ``merge-``   one task per block of consecutive output chunks: a k-way merge
                of exactly its slices, decoded back to the user's dtype; the
                output chunks are views of the block (``sorted-``).  One run
@@ -58,7 +61,7 @@ from gpusort.backends import MOVABLE_VALUE_BYTES, BackendSpec, Pair
 #: (``output-``) wait for the merge, so their seconds, that wait, are in no phase.
 PHASES: dict[str, tuple[str, ...]] = {
     "runs": ("runs",),
-    "splitters": ("splits",),
+    "splitters": ("samples", "splits"),
     "exchange": ("transfer",),
     "merges": ("merge", "sorted"),
 }
@@ -316,9 +319,14 @@ def _block_keys(x: da.Array) -> list:
     return [k[0] for k in x.__dask_keys__()] if x.ndim == 2 else x.__dask_keys__()
 
 
-def _splits(lengths: list[int], inner: np.ndarray, g: int | None, *runs: Pair) -> np.ndarray:
-    """The split vectors of the merge blocks' edges, from the runs in this process."""
-    return corank.exact_splits([run[0] for run in runs], inner, g)
+def _samples(g: int, run: Pair) -> np.ndarray:
+    """Every ``g``-th order key of a run: its splitters' samples, cut while other runs are still being made."""
+    return corank.samples(run[0], g)
+
+
+def _splits(inner: np.ndarray, g: int, samples: list[np.ndarray], *runs: Pair) -> np.ndarray:
+    """The split vectors of the merge blocks' edges, from the runs' samples and the runs in this process."""
+    return corank.exact_splits([run[0] for run in runs], inner, g, samples)
 
 
 def _merge_local(backend, dtype, descending, scheme, splits, j, *runs: Pair) -> Pair:
@@ -510,8 +518,16 @@ def merge_sorted_runs(
     edges = ranks[[a for a, _ in blocks] + [blocks[-1][1]]]
     token = tokenize(runs.name, key_dtype, descending, chunk, backend, sample_stride, blocks)
     run_keys = [(runs.name, k) for k in range(nruns)]
+    inner = edges[1:-1]
+    # The samples are cut by a task per run, not by the splitters' task: they
+    # are a strided read of every run (a cache and TLB miss a key where runs
+    # are in host memory), which then overlaps the runs still being made
+    # instead of delaying every merge.
+    g = sample_stride or corank.sample_stride(n, nruns, len(inner))
+    samples = [("samples-" + token, k) for k in range(nruns)] if len(inner) else []
+    dsk: dict = {key: (_samples, g, run) for key, run in zip(samples, run_keys)}
     splits = ("splits-" + token,)
-    dsk: dict = {splits: (_splits, list(runs.lengths), edges[1:-1], sample_stride, *run_keys)}
+    dsk[splits] = (_splits, inner, g, samples, *run_keys)
     name = "merge-" + token
     for t in range(len(blocks)):
         dsk[(name, t)] = (_merge_local, backend, dtype, descending, runs.scheme, splits, t, *run_keys)

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from gpusort import corank
@@ -11,17 +12,28 @@ def strict_prefix_counts(runs, r):
     return np.bincount(run_of[np.argsort(keys, kind="stable")[:r]], minlength=len(runs))
 
 
+def extremes(dtype):
+    """Sorted distinct keys of ``dtype`` that include both ends of its range (NaN for floats)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return np.array([-np.inf, -1.0, -0.0, 0.5, 2.0, np.inf, np.nan], dtype)
+    if dtype.kind == "b":
+        return np.array([False, True])
+    info = np.iinfo(dtype)
+    return np.unique(np.array([info.min, info.min + 1, 0, 1, info.max // 2, info.max - 1, info.max], dtype))
+
+
 @st.composite
 def sorted_runs(draw):
+    """Sorted runs of one dtype, few distinct keys (ties across runs), the dtype's extremes among them."""
+    table = extremes(draw(st.sampled_from([np.float64, np.int8, np.int64, np.uint64, np.bool_])))
     nruns = draw(st.integers(1, 40))
-    distinct = draw(st.integers(1, 6))
+    distinct = draw(st.integers(1, len(table)))
     runs = []
     for _ in range(nruns):
         n = draw(st.integers(0, 40))
-        run = np.sort(np.array(draw(st.lists(st.integers(0, distinct), min_size=n, max_size=n)), float))
-        nan = draw(st.integers(0, n))
-        run[len(run) - nan:] = np.nan
-        runs.append(run)
+        picks = draw(st.lists(st.integers(0, distinct - 1), min_size=n, max_size=n))
+        runs.append(table[np.sort(np.array(picks, dtype=np.int64))])
     return runs
 
 
@@ -41,6 +53,23 @@ def test_windows_bracket_every_split_and_refine_is_exact(runs, g, data):
         for k, run in enumerate(runs)
     ]
     np.testing.assert_array_equal(corank.refine_splits(ranks, lo, hi, windows), want)
+    # The same splits in one step, from samples cut before (as a task per run cuts them).
+    inner = ranks[(ranks > 0) & (ranks < n)]
+    got = corank.exact_splits(runs, inner, g, [corank.samples(r, g) for r in runs])
+    middle = [strict_prefix_counts(runs, r) for r in inner]
+    np.testing.assert_array_equal(got, np.vstack([np.zeros(len(runs), np.int64), *middle, lengths]))
+
+
+@pytest.mark.parametrize("dtype", [np.uint64, np.int64, np.int32, np.uint8, np.int8, np.bool_, np.float32])
+def test_the_nth_sample_is_nth_of_their_sort(dtype):
+    """Bisection over integer keys (and one sort of other keys) finds every order statistic of the runs together."""
+    rng = np.random.default_rng(7)
+    table = extremes(dtype)
+    runs = [np.sort(table[rng.integers(0, len(table), rng.integers(0, 300))]) for _ in range(9)]
+    runs += [np.full(50, table[0]), np.full(50, table[-1]), table[:0]]
+    merged = np.sort(np.concatenate(runs))
+    index = np.arange(len(merged))
+    np.testing.assert_array_equal(corank._nth_keys(runs)(index).view(np.uint8), merged.view(np.uint8))
 
 
 def test_output_ranks_are_exactly_balanced():

@@ -52,7 +52,7 @@ def test_local_cluster_with_two_single_thread_workers_and_phase_costs():
 def test_phase_of_follows_graph_phases_and_keeps_unknown_prefixes(monkeypatch):
     monkeypatch.setitem(PHASES, "splitters", ("probe",))
     assert runtime.phase_of(("probe-123abc", 0)) == "splitters"
-    assert runtime.phase_of("samples-123abc") == "samples"  # no longer a splitter prefix: its own name
+    assert runtime.phase_of("nonesuch-123abc") == "nonesuch"  # in no phase: its own name
     assert runtime.phase_of(("merge-sorted-123abc", 2)) == "merges"
 
 

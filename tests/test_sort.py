@@ -248,6 +248,21 @@ def test_any_sample_stride_gives_the_exact_order(g, pattern):
     np.testing.assert_array_equal(positions.compute(), np.argsort(x, kind="stable"))
 
 
+def test_each_run_is_sampled_by_a_task_of_its_own():
+    """The splitters' samples are cut by a task per run, timed as the splitters, and the order stays exact."""
+    from gpusort import runtime
+
+    x = make_keys(np.random.default_rng(3), "int64", 3000, "few")
+    with dask.config.set({"gpusort.task-bytes": 0}):  # a run per chunk
+        runs = graph.form_runs(da.from_array(x, chunks=97), None, descending=False, backend="numpy")
+        keys, _ = graph.merge_sorted_runs(runs, key_dtype=x.dtype, descending=False, chunk=101, backend="numpy")
+    names = [k[0] if isinstance(k, tuple) else k for k in dict(keys.__dask_graph__())]
+    samples = [n for n in names if n.startswith("samples-")]
+    assert len(samples) == len(runs.lengths) == 31 and sum(n.startswith("splits-") for n in names) == 1
+    assert {runtime.phase_of(n) for n in samples} == {"splitters"}
+    np.testing.assert_array_equal(keys.compute(), np.sort(x))
+
+
 def test_hundreds_of_chunks_in_and_out():
     rng = np.random.default_rng(7)
     x = rng.integers(-50, 50, 40_000).astype(np.int32)
