@@ -301,6 +301,8 @@ def exact_splits(
     ranks = np.asarray(ranks, dtype=np.int64)
     if not len(ranks):
         return split_vectors(lengths, ranks)
+    if cut is not None and not g:  # windows planned at another stride would not hold the splits
+        raise ValueError("exact_splits: samples given in cut need the stride g they were cut at")
     g = g or sample_stride(sum(lengths), len(runs), len(ranks))
     plan = plan_windows([samples(r, g) for r in runs] if cut is None else cut, lengths, ranks, g)
     windows = [window_keys(r, plan, k) for k, r in enumerate(runs)]

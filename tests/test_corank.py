@@ -16,7 +16,7 @@ def extremes(dtype):
     """Sorted distinct keys of ``dtype`` that include both ends of its range (NaN for floats)."""
     dtype = np.dtype(dtype)
     if dtype.kind == "f":
-        return np.array([-np.inf, -1.0, -0.0, 0.5, 2.0, np.inf, np.nan], dtype)
+        return np.array([-np.inf, -1.0, -0.0, 0.0, 0.5, 2.0, np.inf, np.nan], dtype)  # -0.0 ties 0.0
     if dtype.kind == "b":
         return np.array([False, True])
     info = np.iinfo(dtype)
@@ -70,6 +70,12 @@ def test_the_nth_sample_is_nth_of_their_sort(dtype):
     merged = np.sort(np.concatenate(runs))
     index = np.arange(len(merged))
     np.testing.assert_array_equal(corank._nth_keys(runs)(index).view(np.uint8), merged.view(np.uint8))
+
+
+def test_samples_cut_before_need_their_stride():
+    runs = [np.arange(10), np.arange(5, 15)]
+    with pytest.raises(ValueError, match="stride g"):
+        corank.exact_splits(runs, np.array([10]), None, [r[::2] for r in runs])
 
 
 def test_output_ranks_are_exactly_balanced():
