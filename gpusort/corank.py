@@ -146,11 +146,11 @@ def _nth_keys(samples: Sequence[np.ndarray]):
     """``nth(index)``: the ``index``-th smallest key of the sorted ``samples`` together, for every index.
 
     Integer keys are found by bisection over their range: each of at most
-    ``8·itemsize`` rounds counts the keys up to a guess with a binary search
-    per run, which costs microseconds where sorting every sample (millions
-    of them for a large sort) costs tens of milliseconds of the splitters'
-    task, on the path between the phases.  Other keys (floats, ordered as
-    floats) are sorted once.
+    ``8·itemsize`` rounds counts the keys up to a guess with one binary
+    search per run, a cost that grows with the log of the samples where a
+    sort of every sample (millions, for a large sort) grows with their
+    number, on the path between the phases.  Other keys (floats, ordered
+    as floats) are sorted once.
 
     Examples
     --------
