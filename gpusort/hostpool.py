@@ -5,9 +5,10 @@ from the GPU once and go back up once, in slices, for the merges.  In
 ordinary memory each such copy goes through a pinned slot and a host copy,
 and the download's target pages are new (first-touched) every time.  Runs
 carved from one block of pinned memory, registered once per process and
-reused by later sorts, move by DMA alone.  :class:`HostPool` is the
-allocator, free of CUDA: :func:`gpusort.staging.run_pool` gives it its
-pinned block.
+reused by later sorts, move by DMA alone; so do merged output chunks
+carved from it where the runs leave room, which saves the host copy of the
+output's download too.  :class:`HostPool` is the allocator, free of CUDA:
+:func:`gpusort.staging.run_pool` gives it its pinned block.
 
 An array from :meth:`HostPool.empty` is an ordinary NumPy array whose
 ``base`` is a lease of its bytes; every view of it holds the lease too, and

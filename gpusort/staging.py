@@ -53,10 +53,10 @@ from gpusort.hostpool import HostCache, HostPool
 
 #: Pinned staging bytes per GPU and process, unless ``dask.config`` ``gpusort.pinned-bytes`` says otherwise.
 PINNED_BYTES = 128 * 2**20
-#: Pinned bytes per GPU and process that hold out-of-core runs
-#: (:func:`run_pool`), unless ``dask.config`` ``gpusort.run-pool-bytes`` says
-#: otherwise: none by default, since pinning is slow the first time and the
-#: memory is the host's.
+#: Pinned bytes per GPU and process that hold out-of-core runs and, where
+#: they leave room, merged chunks (:func:`run_pool`), unless ``dask.config``
+#: ``gpusort.run-pool-bytes`` says otherwise: none by default, since pinning
+#: is slow the first time and the memory is the host's.
 RUN_POOL_BYTES = 0
 #: Seconds a run pool keeps its block with no run in it.
 RUN_POOL_IDLE_SECONDS = 30.0
@@ -99,7 +99,7 @@ def pinned_bytes_setting() -> int:
 
 
 def run_pool_bytes_setting() -> int:
-    """Pinned bytes per GPU for runs: ``dask.config`` ``gpusort.run-pool-bytes`` (default 0: none)."""
+    """Pinned bytes per GPU for out-of-core results: ``dask.config`` ``gpusort.run-pool-bytes`` (default 0: none)."""
     return _size_setting("gpusort.run-pool-bytes", RUN_POOL_BYTES)
 
 
@@ -192,11 +192,13 @@ def slots() -> PinnedSlots:
 
 
 def run_pool() -> HostPool | None:
-    """The current GPU's pool of pinned memory for runs, or ``None`` where ``gpusort.run-pool-bytes`` is 0.
+    """The current GPU's pool of pinned memory for out-of-core results, or ``None`` where ``gpusort.run-pool-bytes`` is 0.
 
     Runs taken from it go down and come back up by DMA, with no host copy
-    and no first touch of new pages; it takes its block at the first run
-    and drops it after :data:`RUN_POOL_IDLE_SECONDS` with no run in it.
+    and no first touch of new pages; merged output chunks taken from it
+    (where the runs leave room) go down by DMA.  It takes its block at the
+    first run and drops it after :data:`RUN_POOL_IDLE_SECONDS` with nothing
+    in it.
     """
     nbytes = run_pool_bytes_setting()
     if nbytes <= 0:

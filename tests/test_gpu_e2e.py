@@ -193,6 +193,50 @@ def test_runs_from_the_run_pool_are_exact_and_go_back_to_it():
     assert pool.release() and pool.held_bytes() == 0
 
 
+def test_merged_chunks_of_a_graph_come_from_the_run_pool_where_it_has_room():
+    """A pool that holds the runs and the output: every chunk the graph hands back is a lease of it, exact to the bit."""
+    from gpusort import staging
+
+    x = np.random.default_rng(11).normal(size=3_000_000)  # 24 MB of runs, then 24 MB of output
+    x[::997], x[1::991], x[2::983] = np.nan, -0.0, 0.0
+    original = x.copy()
+    with dask.config.set({"gpusort.run-pool-bytes": "64MiB"}):
+        pool = staging.run_pool()
+        y = gpusort.sort(da.from_array(x, chunks=250_000), backend="cupy", gpu_memory_budget="16MiB")
+        chunks = dask.compute(*y.to_delayed().ravel(), scheduler="threads")
+        assert all(staging.is_pinned(c) for c in chunks) and pool.leased_bytes() >= x.nbytes
+        want = x[stable(x)]  # -0.0 and 0.0 tie: the input's order, its bits
+        np.testing.assert_array_equal(np.concatenate(chunks).view(np.uint64), want.view(np.uint64))
+        np.testing.assert_array_equal(x.view(np.uint64), original.view(np.uint64))
+        del chunks
+        assert pool.leased_bytes() == 0
+    assert pool.release()
+
+
+@pytest.mark.parametrize("pool_bytes, output_pinned", [("96MiB", True), ("48MiB", False)])
+def test_a_merge_takes_the_run_pool_for_its_output_only_where_the_runs_leave_room(pool_bytes, output_pinned):
+    """Runs first: a merge whose output does not fit beside them writes it to ordinary memory, just as exactly."""
+    from gpusort import staging
+    from gpusort.backends import BackendSpec, get_backend
+
+    backend = get_backend(BackendSpec("cupy", parse_budget("64MiB")))
+    rng = np.random.default_rng(12)
+    parts = [rng.normal(size=2_000_000) for _ in range(2)]  # two runs of 16 MB, one step each
+    for p in parts:
+        p[::499], p[1::503], p[2::509] = np.nan, -0.0, 0.0
+    with dask.config.set({"gpusort.run-pool-bytes": pool_bytes}):
+        pool = staging.run_pool()
+        runs = [backend.sort_run(p) for p in parts]
+        assert all(staging.is_pinned(k) for k, _ in runs)
+        merged, _ = backend.merge_runs(runs)
+        assert staging.is_pinned(merged) is output_pinned
+        both = np.concatenate([k for k, _ in runs])  # the first run's keys first on ties
+        np.testing.assert_array_equal(merged.view(np.uint64), both[stable(both)].view(np.uint64))
+        del runs, merged
+        assert pool.leased_bytes() == 0
+    assert pool.release()
+
+
 def test_a_sorts_freed_runs_and_chunks_serve_the_next_sort_exactly():
     """Out-of-core results come from the host cache: one sort's freed buffers take the next sort's, bit for bit."""
     from gpusort import staging

@@ -56,8 +56,9 @@ def main(argv=None) -> int:
     parser.add_argument("--gpu-memory-budget", type=runtime.size, default="512MiB",
                         help="with --backend cupy: GPU memory per worker, e.g. 2GiB (default: 512MiB)")
     parser.add_argument("--run-pool-bytes", type=runtime.size, default=0,
-                        help="with --backend cupy: pinned host memory per worker and GPU that holds runs "
-                             "(dask config gpusort.run-pool-bytes), e.g. 16GiB (default: none)")
+                        help="with --backend cupy: pinned host memory per worker and GPU that holds runs, then "
+                             "output chunks while it has room (dask config gpusort.run-pool-bytes), e.g. 17GiB "
+                             "for the runs of 2**31 int64, 34GiB for runs and output (default: none)")
     parser.add_argument("--gpu-counts", help="run once per GPU count, e.g. 1,2,4, for the speed-up (default: once)")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the keys (default: %(default)s)")
     parser.add_argument("--repeat", type=runtime.count, default=1,

@@ -312,7 +312,7 @@ def _host_sort(keys: np.ndarray, values: np.ndarray | None, memory: staging.GpuM
     keys = np.ascontiguousarray(keys)
     if len(keys) == 0:
         return keys.copy(), None if values is None else values.copy()
-    steps = _Steps(memory, pooled=True)  # the result is a run, which merges read back
+    steps = _Steps(memory)
     if values is None:
         return plan.sort_within(keys, None, _plan_bytes(memory), steps)
     values = np.ascontiguousarray(values)
@@ -354,16 +354,16 @@ def _bits(values: np.ndarray) -> np.ndarray:
 class _Steps:
     """:class:`gpusort.budget.Device` on this GPU: each step within ``memory``'s budget.
 
-    Results land in ordinary (pageable) host memory, from the host cache
-    (:func:`gpusort.staging.host_empty`): the copies go through
-    :mod:`gpusort.staging`'s few pinned slots, never through pinned arrays
-    the size of the data.  ``pooled``: results are runs, which come from
-    the run pool while it has room (:func:`gpusort.staging.run_pool`).
+    Results -- runs, and the merges' output chunks -- come from the run
+    pool while it has room (:func:`gpusort.staging.run_pool`) and go down
+    by DMA; the rest land in ordinary (pageable) host memory from the host
+    cache (:func:`gpusort.staging.host_empty`), through
+    :mod:`gpusort.staging`'s few pinned slots.
     """
 
-    def __init__(self, memory: staging.GpuMemory, pooled: bool = False):
+    def __init__(self, memory: staging.GpuMemory):
         self.memory = memory
-        self.pool = staging.run_pool() if pooled else None
+        self.pool = staging.run_pool()
 
     def empty(self, n: int, dtype: Any) -> np.ndarray:
         out = None if self.pool is None else self.pool.empty(n, dtype)
