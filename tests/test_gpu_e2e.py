@@ -56,6 +56,26 @@ def stable(x: np.ndarray, descending: bool = False) -> np.ndarray:
     return np.argsort(keys, kind="stable")
 
 
+def run_pools() -> list:
+    """The run pool of every GPU this process sees: a threaded sort spreads its steps over them all."""
+    from gpusort import staging
+
+    pools = []
+    for device in range(cupy.cuda.runtime.getDeviceCount()):
+        with cupy.cuda.Device(device):
+            pools.append(staging.run_pool())
+    return pools
+
+
+def thread_pool():
+    """The run pool of the GPU that this thread's out-of-core steps run on."""
+    from gpusort import staging
+    from gpusort.backends.cupy import thread_device
+
+    with cupy.cuda.Device(thread_device()):
+        return staging.run_pool()
+
+
 def assert_balanced(y: da.Array, chunk: int) -> None:
     sizes = y.chunks[0]
     assert all(c == chunk for c in sizes[:-1]) and 0 < sizes[-1] <= chunk
@@ -179,7 +199,7 @@ def test_runs_from_the_run_pool_are_exact_and_go_back_to_it():
 
     x = np.random.default_rng(9).integers(-2**62, 2**62, 3_000_000)
     with dask.config.set({"gpusort.run-pool-bytes": "64MiB"}):
-        pool = staging.run_pool()
+        pool = thread_pool()
         assert pool is not None and pool.nbytes == 64 * 2**20
         run, _ = get_backend(BackendSpec("cupy", parse_budget("16MiB"))).sort_run(x)  # sub-runs, then a merge
         np.testing.assert_array_equal(run, np.sort(x))
@@ -201,16 +221,18 @@ def test_merged_chunks_of_a_graph_come_from_the_run_pool_where_it_has_room():
     x[::997], x[1::991], x[2::983] = np.nan, -0.0, 0.0
     original = x.copy()
     with dask.config.set({"gpusort.run-pool-bytes": "64MiB"}):
-        pool = staging.run_pool()
+        pools = run_pools()
         y = gpusort.sort(da.from_array(x, chunks=250_000), backend="cupy", gpu_memory_budget="16MiB")
         chunks = dask.compute(*y.to_delayed().ravel(), scheduler="threads")
-        assert all(staging.is_pinned(c) for c in chunks) and pool.leased_bytes() >= x.nbytes
+        assert all(staging.is_pinned(c) for c in chunks) and sum(p.leased_bytes() for p in pools) >= x.nbytes
         want = x[stable(x)]  # -0.0 and 0.0 tie: the input's order, its bits
         np.testing.assert_array_equal(np.concatenate(chunks).view(np.uint64), want.view(np.uint64))
         np.testing.assert_array_equal(x.view(np.uint64), original.view(np.uint64))
         del chunks
-        assert pool.leased_bytes() == 0
-    assert pool.release()
+        assert sum(p.leased_bytes() for p in pools) == 0
+    for pool in pools:
+        pool.release()
+        assert pool.held_bytes() == 0
 
 
 @pytest.mark.parametrize("pool_bytes, output_pinned", [("96MiB", True), ("48MiB", False)])
@@ -225,7 +247,7 @@ def test_a_merge_takes_the_run_pool_for_its_output_only_where_the_runs_leave_roo
     for p in parts:
         p[::499], p[1::503], p[2::509] = np.nan, -0.0, 0.0
     with dask.config.set({"gpusort.run-pool-bytes": pool_bytes}):
-        pool = staging.run_pool()
+        pool = thread_pool()
         runs = [backend.sort_run(p) for p in parts]
         assert all(staging.is_pinned(k) for k, _ in runs)
         merged, _ = backend.merge_runs(runs)
