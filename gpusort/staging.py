@@ -58,7 +58,7 @@ PINNED_BYTES = 128 * 2**20
 #: ``gpusort.run-pool-bytes`` says otherwise: none by default, since pinning
 #: is slow the first time and the memory is the host's.
 RUN_POOL_BYTES = 0
-#: Seconds a run pool keeps its block with no run in it.
+#: Seconds a run pool keeps its block with nothing leased from it.
 RUN_POOL_IDLE_SECONDS = 30.0
 #: Seconds the host cache (:func:`host_cache`) keeps unused buffers while no sort uses it.
 HOST_CACHE_IDLE_SECONDS = 10.0
