@@ -110,17 +110,23 @@ def sort_chunks_whole(backend: Any, dtype: np.dtype, descending: bool, scheme: o
     return order.decode(okeys, dtype, descending, scheme), ovalues
 
 
-def merge_pieces(backend: Any, dtype: np.dtype, descending: bool, scheme: order.Scheme, pieces: list[Pair]) -> Pair:
+def merge_pieces(backend: Any, dtype: np.dtype, descending: bool, scheme: order.Scheme, pieces: list[Pair],
+                 scratch: Pair | None = None) -> Pair:
     """One block of output: the k-way merge of its pieces (in run order), decoded to ``dtype``.
 
     Pieces that follow one another (each one's last key not after the
     next one's first, as of sorted input) are concatenated, not merged.
+    ``scratch``: the pieces' concatenation, which the caller gives up
+    (:meth:`gpusort.backends.Backend.merge_runs`).
     """
     if disjoint([keys for keys, _ in pieces]):
-        okeys = concatenate([k for k, _ in pieces], pieces[0][0].dtype)
-        values = None if pieces[0][1] is None else concatenate([v for _, v in pieces], pieces[0][1].dtype)
+        if scratch is not None:
+            okeys, values = scratch
+        else:
+            okeys = concatenate([k for k, _ in pieces], pieces[0][0].dtype)
+            values = None if pieces[0][1] is None else concatenate([v for _, v in pieces], pieces[0][1].dtype)
     else:
-        okeys, values = get_backend(backend).merge_runs(pieces)
+        okeys, values = get_backend(backend).merge_runs(pieces, scratch=scratch)
     return order.decode(okeys, dtype, descending, scheme), values
 
 

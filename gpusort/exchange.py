@@ -131,6 +131,16 @@ def phase_seconds(since: float = 0.0) -> dict[str, float]:
     return out
 
 
+def record_phases(started: float, seconds: dict[str, float]) -> None:
+    """Record one sort's seconds per phase (:data:`PHASES`) on this worker, for :func:`phase_seconds`.
+
+    The sort across workers on collectives (:mod:`gpusort.collective`) runs
+    its phases inside one task a worker too, and times them here.
+    """
+    with _lock:
+        _timed.append((started, seconds))
+
+
 def _count(**amounts: int) -> None:
     with _lock:
         for k, v in amounts.items():
@@ -426,9 +436,8 @@ class SortRun(ShuffleRun[int, Any]):
         t3 = time.perf_counter()
         await self.offload(self._merge, pieces, scheme)
         t4 = time.perf_counter()
-        with _lock:
-            _timed.append((started, {"runs": formed + t1 - t0, "splitters": t2 - t1, "exchange": t3 - t2,
-                                     "merges": t4 - t3}))
+        record_phases(started, {"runs": formed + t1 - t0, "splitters": t2 - t1, "exchange": t3 - t2,
+                                "merges": t4 - t3})
 
     def _form_runs(self, merge_all: bool, scheme: str) -> list[_Run]:
         """This worker's inputs as sorted runs: as few as fit, or one per range of consecutive parts."""

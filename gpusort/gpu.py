@@ -217,7 +217,7 @@ def merge(a: cupy.ndarray, b: cupy.ndarray, *, descending: bool = False) -> cupy
     return dispatch.merge(ka, None, kb, None, descending=descending)[0].view(a.dtype)
 
 
-def merge_runs(runs: Sequence[Run], *, descending: bool = False):
+def merge_runs(runs: Sequence[Run], *, descending: bool = False, scratch: tuple | None = None):
     """Merge k sorted runs into one, stably: ties keep run order, then position.
 
     Parameters
@@ -228,6 +228,11 @@ def merge_runs(runs: Sequence[Run], *, descending: bool = False):
         one dtype, values another.  Empty runs are allowed and skipped.
     descending : bool
         The runs are sorted largest first (NaN still last).
+    scratch : (cupy.ndarray, cupy.ndarray or None), optional
+        The runs' own concatenation (keys, values), where the runs are its
+        consecutive slices in order and the caller gives it up: the merge
+        writes over it and holds two copies of the data instead of three.
+        The result may then be ``scratch`` itself.
 
     Returns
     -------
@@ -268,17 +273,18 @@ def merge_runs(runs: Sequence[Run], *, descending: bool = False):
     dtype = checked[0][0].dtype
     keys_runs = [k for _, k, _ in checked]
     values_runs = [v for _, _, v in checked] if pairs else None
-    out_keys, out_values = _merge_tree(keys_runs, values_runs, descending)
+    out_keys, out_values = _merge_tree(keys_runs, values_runs, descending, scratch)
     out_keys = out_keys.view(dtype)
     return (out_keys, out_values) if pairs else out_keys
 
 
-def _merge_tree(keys_runs, values_runs, descending):
-    """:func:`gpusort.cuda.dispatch.merge_tree` of the runs, in new memory.
+def _merge_tree(keys_runs, values_runs, descending, scratch=None):
+    """:func:`gpusort.cuda.dispatch.merge_tree` of the runs, in new memory or over ``scratch``.
 
     Values of a width the kernels move travel with their keys as unsigned
     bits; wider ones are replaced by their positions in the runs'
-    concatenation and gathered once at the end.
+    concatenation and gathered once at the end (in new memory: ``scratch``
+    is not used).
     """
     gather = None
     if values_runs is not None and values_runs[0].dtype.itemsize not in tuning.VALUE_DTYPES:
@@ -287,7 +293,11 @@ def _merge_tree(keys_runs, values_runs, descending):
         values_runs = [cupy.arange(s, s + k.size, dtype=np.int64) for s, k in zip(starts, keys_runs)]
     values_dtype = None if values_runs is None else values_runs[0].dtype
     runs = [(k, None if values_runs is None else _bits(values_runs[i])) for i, k in enumerate(keys_runs)]
-    keys, values = dispatch.merge_tree(runs, descending=descending)  # new memory, never the caller's
+    if scratch is not None and gather is None:
+        scratch = (_kernel_keys(scratch[0]), None if scratch[1] is None else _bits(scratch[1]))
+    else:
+        scratch = None
+    keys, values = dispatch.merge_tree(runs, descending=descending, scratch=scratch)
     if values is None:
         return keys, None
     values = values.view(values_dtype)

@@ -48,7 +48,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from gpusort import budget as plan
 from gpusort import chunks as tasks
-from gpusort import corank, exchange, order
+from gpusort import collective, comms, corank, exchange, order
 from gpusort.arrays import is_cupy
 from gpusort.backends import MOVABLE_VALUE_BYTES, BackendSpec, Pair
 
@@ -123,28 +123,31 @@ def extend(graph: HighLevelGraph, name: str, dsk: dict, *deps: str) -> HighLevel
 
 
 def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[int, int]] | None = None,
-           decoded: tuple | None = None) -> da.Array:
+           decoded: tuple | None = None, after: tuple[str, list] | None = None) -> da.Array:
     """Field ``field`` of the pairs that tasks ``(name, b)`` compute, as an array.
 
     With ``blocks`` (chunk ranges ``[a, b)``, one per task), task ``b``
     computes several consecutive chunks and chunk ``i`` is a view of it;
     ``decoded`` (:func:`gpusort.order.decode`'s arguments after the keys)
-    decodes each chunk from order keys as it is cut.
+    decodes each chunk from order keys as it is cut.  ``after`` (a layer
+    name and keys of it) are tasks every chunk waits for, unread.
     """
     out = f"{label}-{tokenize(name, field, decoded, chunks, blocks)}"
     if blocks is None:
         dsk = {(out, i): (operator.getitem, (name, i), field) for i in range(len(chunks[0]))}
     else:
         starts = np.concatenate(([0], np.cumsum(chunks[0]))).tolist()
+        waits = () if after is None else (list(after[1]),)
         dsk = {
-            (out, i): (_cut, (name, t), field, starts[i] - starts[a], starts[i + 1] - starts[a], decoded)
+            (out, i): (_cut, (name, t), field, starts[i] - starts[a], starts[i + 1] - starts[a], decoded, *waits)
             for t, (a, b) in enumerate(blocks)
             for i in range(a, b)
         }
-    return da.Array(extend(graph, out, dsk, name), out, chunks, meta=meta_from_array(meta, ndim=1, dtype=dtype))
+    deps = (name,) if after is None else (name, after[0])
+    return da.Array(extend(graph, out, dsk, *deps), out, chunks, meta=meta_from_array(meta, ndim=1, dtype=dtype))
 
 
-def _cut(pair: Pair, field: int, start: int, stop: int, decoded: tuple | None = None) -> Any:
+def _cut(pair: Pair, field: int, start: int, stop: int, decoded: tuple | None = None, after: Any = None) -> Any:
     part = pair[field][start:stop]
     return part if decoded is None else order.decode(part, *decoded)
 
@@ -347,14 +350,18 @@ def exchange_method() -> str:
     distributed cluster of one worker -- and moves whole runs anywhere else.
     ``"p2p"``: each worker sorts the chunks it holds and the workers exchange
     exactly the slices the others merge, once, through distributed's P2P
-    machinery (:mod:`gpusort.exchange`).  ``"auto"`` (the default) picks
-    ``"p2p"`` on a distributed client with several workers, else ``"local"``,
-    when the graph is built -- as Dask picks its own shuffle method.
+    machinery (:mod:`gpusort.exchange`).  ``"collective"``: one task per
+    worker, talking through collectives (:mod:`gpusort.collective`; NCCL
+    between GPU workers, :func:`collective_group`), refused where the
+    workers have none.  ``"auto"`` (the default) picks ``"p2p"`` on a
+    distributed client with several workers, else ``"local"``, when the
+    graph is built -- as Dask picks its own shuffle method -- and
+    :func:`sort` takes the collectives instead of P2P where they serve.
     ``dask.config`` key ``gpusort.exchange``.
     """
     method = dask.config.get("gpusort.exchange", "auto")
-    if method not in ("auto", "p2p", "local"):
-        raise ValueError(f"dask config gpusort.exchange={method!r}; use 'auto', 'p2p' or 'local'")
+    if method not in ("auto", "p2p", "local", "collective"):
+        raise ValueError(f"dask config gpusort.exchange={method!r}; use 'auto', 'collective', 'p2p' or 'local'")
     if method != "auto":
         return method
     client = _client()
@@ -380,7 +387,12 @@ def sort(
     length (the last chunk the rest) or the chunk sizes.  Returns the keys,
     decoded to their dtype, and the values (``None`` for keys only).
     """
-    if exchange_method() == "p2p" and keys.shape[0]:
+    method = exchange_method()
+    if method in ("p2p", "collective") and keys.shape[0]:
+        group = collective_group(keys, values, backend, forced=method == "collective")
+        if group is not None:
+            return collective.sort(keys, values, descending=descending, backend=backend, chunk=chunk,
+                                   positions=positions, keys_returned=keys_returned, group=group, client=_client())
         return _sort_across_workers(keys, values, descending=descending, backend=backend, chunk=chunk,
                                     positions=positions, keys_returned=keys_returned)
     if whole_on_gpu(keys, values, backend, positions, descending, keys_returned):
@@ -389,6 +401,32 @@ def sort(
     runs = form_runs(keys, values, descending=descending, backend=backend, positions=positions,
                      keys_returned=keys_returned)
     return merge_sorted_runs(runs, key_dtype=keys.dtype, descending=descending, chunk=chunk, backend=backend)
+
+
+def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forced: bool = False) -> comms.Group | None:
+    """The communicators a sort across workers runs on (:mod:`gpusort.collective`), or ``None`` for P2P.
+
+    CuPy chunks of 1-D keys (and values the GPU kernels move) on a cluster
+    of GPU workers with NCCL (:func:`gpusort.comms.ensure`, which makes the
+    communicators on first use).  With ``forced`` (``gpusort.exchange:
+    "collective"``) a sort that cannot run there is refused, saying why,
+    and the workers' communicators serve whatever chunks they move (tests
+    install host communicators that move NumPy chunks).
+    """
+    spec = backend if isinstance(backend, BackendSpec) else BackendSpec(backend)
+    shaped = keys.ndim == 1 and (values is None or (values.ndim == 1 and values.dtype.itemsize in MOVABLE_VALUE_BYTES))
+    if not forced and (not shaped or spec.name != "cupy" or not is_cupy(keys._meta)):
+        return None
+    client = _client()
+    group = comms.ensure(client)
+    if forced and group is None:
+        raise ValueError(f"dask config gpusort.exchange='collective', but {comms.why_not(client)}; "
+                         "use gpusort.exchange='auto' or 'p2p'")
+    if forced and not shaped:
+        raise ValueError("dask config gpusort.exchange='collective' sorts 1-D keys, and 1-D values of 1, 2, 4 or 8 "
+                         f"bytes; got keys of shape {keys.shape}"
+                         + ("" if values is None else f" and values {values.dtype} of shape {values.shape}"))
+    return group
 
 
 #: The sort footprint the graph assumes any default GPU memory budget holds

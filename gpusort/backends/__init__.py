@@ -53,8 +53,13 @@ class Backend(Protocol):
         is unbounded and :meth:`sort_run` raises ``MemoryError``.
         """
 
-    def merge_runs(self, runs: Sequence[Pair]) -> Pair:
-        """Stable k-way merge of sorted runs; ties keep run order."""
+    def merge_runs(self, runs: Sequence[Pair], *, scratch: Pair | None = None) -> Pair:
+        """Stable k-way merge of sorted runs; ties keep run order.
+
+        ``scratch``: the runs' concatenation (keys, values), of which the
+        runs are consecutive slices in order, given up by the caller: the
+        merge may work in it and return it, and holds one copy less.
+        """
 
     def searchsorted(
         self, sorted_keys: Any, needles: Any, side: Literal["left", "right"] = "left"

@@ -203,7 +203,7 @@ class CupyBackend:
         kb, vb = keys.dtype.itemsize, 0 if values is None else values.dtype.itemsize
         return plan.largest_fit(lambda n: plan.sort_bytes(n, kb, vb), _plan_bytes(memory)) * (kb + vb)
 
-    def merge_runs(self, runs: Sequence[Pair]) -> Pair:
+    def merge_runs(self, runs: Sequence[Pair], *, scratch: Pair | None = None) -> Pair:
         if not runs:
             raise ValueError("runs is empty: pass at least one (possibly empty) run")
         on_host = isinstance(runs[0][0], np.ndarray)
@@ -217,9 +217,9 @@ class CupyBackend:
                 return _host_merge(runs, gpu_memory(self.gpu_memory_budget))
         staged = [(_to_device(k), _to_device(v)) for k, v in runs]
         if keys_only:
-            out = (gpu.merge_runs([k for k, _ in staged]), None)
+            out = (gpu.merge_runs([k for k, _ in staged], scratch=scratch), None)
         else:
-            out = gpu.merge_runs(staged)
+            out = gpu.merge_runs(staged, scratch=scratch)
         return out
 
     def searchsorted(

@@ -26,7 +26,7 @@ class NumpyBackend:
         order = argsort_column(keys)
         return keys[order], take_rows(values, order)
 
-    def merge_runs(self, runs: Sequence[Pair]) -> Pair:
+    def merge_runs(self, runs: Sequence[Pair], *, scratch: Pair | None = None) -> Pair:
         """Stable k-way merge of the runs: a stable sort of their concatenation that finds the runs.
 
         NumPy has no merge primitive, but its sorts are one here.  With values,
@@ -42,8 +42,9 @@ class NumpyBackend:
         """
         runs = [r for r in runs if len(r[0])] or list(runs[:1])
         # concatenate would canonicalize dtypes (native byte order, structured
-        # padding dropped): keep the dtypes the graph declares.
-        keys = np.concatenate([k for k, _ in runs], dtype=runs[0][0].dtype)
+        # padding dropped): keep the dtypes the graph declares.  A scratch is
+        # the concatenation already, given up by the caller.
+        keys = scratch[0] if scratch is not None else np.concatenate([k for k, _ in runs], dtype=runs[0][0].dtype)
         if runs[0][1] is None:
             if keys.ndim == 2:
                 return take_rows(keys, argsort_rows(keys, runs=True)), None
@@ -51,7 +52,7 @@ class NumpyBackend:
                 keys.sort(kind="stable")
                 return keys, None
             return _sort_keys(keys, runs=True), None
-        values = np.concatenate([v for _, v in runs], dtype=runs[0][1].dtype)
+        values = scratch[1] if scratch is not None else np.concatenate([v for _, v in runs], dtype=runs[0][1].dtype)
         order = argsort_rows(keys, runs=True) if keys.ndim == 2 else np.argsort(keys, kind="stable")
         return take_rows(keys, order), take_rows(values, order)
 

@@ -1,0 +1,508 @@
+"""Collectives between Dask's GPU workers: NCCL communicators made once per cluster, used by one task a worker.
+
+The sort across GPU workers (:mod:`gpusort.collective`) runs one task per
+worker, and those tasks talk to each other through a :class:`Collectives`: agree
+that every rank is still well, all-gather a few host bytes (the splitters'
+samples and windows), and swap the slices of the runs with one grouped
+send/receive per pair of ranks (NCCL's all-to-all).  NCCL moves the bytes
+over NVLink or PCIe, GPU to GPU; Dask only places the tasks.  This is how
+RAFT's comms serve cuML and cuGraph on Dask.
+
+Life of a communicator:
+
+* :func:`ensure`, on the client as a sort's graph is built: where every
+  worker already holds a healthy communicator over exactly the cluster's
+  workers, nothing happens (one round trip).  Otherwise it probes the
+  workers (CuPy with NCCL, one distinct GPU each), asks one of them for an
+  NCCL unique id, and has every worker join (:func:`_join`): NCCL's
+  ``ncclCommInitRank`` in a thread of each worker, then one byte to every
+  peer, so that the links are made before the first sort.  ``None``: this
+  cluster has no NCCL (CPU workers, a CuPy without NCCL, two workers on one
+  GPU), and the caller keeps distributed's P2P exchange.
+* :func:`local`, in a sort's task: this worker's communicator.
+* A rank that waits longer than :data:`TIMEOUT` seconds, or a peer that
+  leaves the cluster, aborts the communicator (``ncclCommAbort``) instead of
+  hanging: the sort fails with a clear error, and the next :func:`ensure`
+  makes new communicators.
+
+Every communicator is one stream of collectives, matched call by call
+across the ranks; two sorts that reach the workers in different orders
+would pair one sort's call with the other's.  :meth:`Collectives.turn` opens a
+sort's use of it with a handshake of the sorts' tokens: ranks that meet in
+different sorts step aside for the least token, which every rank sees, and
+try again.
+
+NVLink multicast (NVLS) stays off (``NCCL_NVLS_ENABLE=0`` in the workers'
+environment, unless set): on machines that share their GPUs, a program
+that uses it can leave the GPUs unusable for others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from dask._task_spec import Task
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+#: Seconds a rank waits for its peers in one collective before it aborts the
+#: communicator: within a minute, a lost worker is an error, never a hang.
+TIMEOUT = 45.0
+#: Seconds the first call of a sort waits for every rank's task to start.
+HANDSHAKE_TIMEOUT = 3600.0
+#: Seconds between a waiting rank's checks that its peers are still in the cluster.
+LIVENESS_SECONDS = 2.0
+
+
+class CommError(RuntimeError):
+    """A collective between workers failed: a peer failed, left, or did not answer in time."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """The communicators of a cluster's workers: ``key`` names them, ``workers[r]`` holds rank ``r``.
+
+    ``kind`` is their transport's (:attr:`Collectives.kind`): ``"nccl"`` moves CuPy arrays.
+    """
+
+    key: str
+    workers: tuple[str, ...]
+    kind: str = "nccl"
+
+
+# --- on the workers -----------------------------------------------------------------------------
+
+#: Each worker's communicator, by the worker's address: the workers of a
+#: cluster of threads share this process and this table.
+_registry: dict[str, "Collectives"] = {}
+_registry_lock = threading.Lock()
+
+
+def local(key: str) -> "Collectives":
+    """This worker's communicator ``key``, or a :class:`CommError` that says why there is none."""
+    from distributed import get_worker
+
+    with _registry_lock:
+        comm = _registry.get(get_worker().address)
+    if comm is None or comm.key != key:
+        raise CommError(
+            f"this worker holds no communicator {key!r}: it joined the cluster after the sort was "
+            "built, or restarted since; build the sort again (gpusort makes new communicators), or "
+            "set dask config gpusort.exchange='p2p'"
+        )
+    if comm.broken:
+        raise CommError(f"communicator {key!r} was aborted ({comm.broken}); build the sort again")
+    return comm
+
+
+def install(address: str, comm: "Collectives") -> None:
+    """Make ``comm`` the communicator of the worker at ``address``; the one it held before is aborted."""
+    with _registry_lock:
+        old = _registry.get(address)
+        _registry[address] = comm
+    if old is not None:
+        old.close()
+
+
+def _state(dask_worker: Any = None) -> tuple[str, tuple[str, ...], str] | None:
+    """This worker's healthy communicator as ``(key, workers, kind)``, or ``None``."""
+    with _registry_lock:
+        comm = _registry.get(dask_worker.address)
+    return None if comm is None or comm.broken else (comm.key, comm.workers, comm.kind)
+
+
+def _probe() -> tuple[str | None, str]:
+    """(this worker's GPU as a PCI bus id, or ``None``; why not): can it join an NCCL communicator?"""
+    try:
+        import cupy
+        from cupy.cuda import nccl
+    except ImportError as exc:
+        return None, f"no CuPy ({exc})"
+    if not getattr(nccl, "available", False):
+        return None, "this CuPy was built without NCCL (pip install nvidia-nccl-cu12 or -cu13)"
+    try:
+        return cupy.cuda.Device(0).pci_bus_id, ""
+    except Exception as exc:  # CuPy without a usable GPU
+        return None, f"no GPU ({exc})"
+
+
+def _unique_id() -> Any:
+    from cupy.cuda import nccl
+
+    return nccl.get_unique_id()
+
+
+async def _join(uid: Any, workers: tuple[str, ...], key: str, timeout: float, dask_worker: Any = None) -> int:
+    """Join communicator ``key`` as rank ``workers.index(this worker)``: in a thread, so the worker's loop runs on."""
+    workers = tuple(workers)
+    rank = workers.index(dask_worker.address)
+    loop = asyncio.get_running_loop()
+    comm = await asyncio.wait_for(loop.run_in_executor(None, NcclComm.make, uid, workers, rank, key), timeout)
+    install(dask_worker.address, comm)
+    return rank
+
+
+class Collectives:
+    """What a sort's task needs from the collectives between its workers: rank ``rank`` of ``size``.
+
+    Every rank calls the same methods in the same order.  :meth:`exchange`
+    takes arrays in the memory the data lives in (CuPy arrays for NCCL),
+    contiguous; the rest takes and returns host bytes.  A transport gives
+    :meth:`_gather` (host bytes from every rank, within a timeout),
+    :meth:`exchange` and :meth:`_abort_transport`, and waits through
+    :meth:`_until`; the turn of a sort and the agreement are this class's.
+    """
+
+    kind = ""
+
+    def __init__(self, workers: tuple[str, ...], rank: int, key: str):
+        self.workers, self.rank, self.size, self.key = workers, rank, len(workers), key
+        self.broken: str | None = None
+        self._lock = threading.Lock()
+        self._done: set[bytes] = set()
+
+    # --- the turn of one sort ---
+
+    @contextlib.contextmanager
+    def turn(self, token: str) -> Iterator["Collectives"]:
+        """The communicator for this sort alone, once every rank is in the sort ``token``."""
+        mine = np.frombuffer(hashlib.blake2b(token.encode(), digest_size=16).digest(), np.uint8)
+        deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+        while True:
+            with self._lock:
+                # The first call of a sort waits for every rank's task to start, however long
+                # its inputs take to compute: lost peers and a cancelled sort end it, not a clock.
+                tokens = {bytes(t) for t in self._gather(mine, [16] * self.size, HANDSHAKE_TIMEOUT)}
+                if tokens == {bytes(mine)}:
+                    try:
+                        yield self
+                    finally:
+                        self._done.add(bytes(mine))
+                    return
+            # Ranks in different sorts: the least token goes first on every rank, the
+            # others step out of its way until it is done here (or a moment passes).
+            first = min(tokens)
+            if time.monotonic() >= deadline:
+                self.abort("ranks stayed in different sorts")
+                raise CommError(f"communicator {self.key!r}: other sorts kept these workers busy for "
+                                f"{HANDSHAKE_TIMEOUT:.0f} s; run one collective sort at a time on a cluster")
+            if bytes(mine) != first:
+                _step_aside(lambda: first in self._done or self.broken is not None, seconds=0.05)
+
+    # --- collectives ---
+
+    def agree(self, failure: BaseException | None = None) -> None:
+        """Return once every rank got here well; raise on every rank where any of them failed."""
+        flags = self.all_gather(np.array([failure is not None], np.uint8), [1] * self.size)
+        failed = [r for r, f in enumerate(flags) if f[0]]
+        if failure is not None:
+            raise failure
+        if failed:
+            raise CommError(f"rank {failed[0]} of the sort (worker {self.workers[failed[0]]}) failed; "
+                            "its own error is raised there")
+
+    def all_gather(self, mine: np.ndarray, nbytes: Sequence[int]) -> list[np.ndarray]:
+        """Every rank's bytes (``nbytes[r]`` of rank ``r``; ``mine`` this rank's), as uint8 host arrays."""
+        return self._gather(mine, nbytes, TIMEOUT)
+
+    def _gather(self, mine: np.ndarray, nbytes: Sequence[int], timeout: float) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def exchange(self, sends: Sequence[Sequence[Any]], recvs: Sequence[Sequence[Any]]) -> None:
+        """Send ``sends[p]`` to rank ``p`` and receive ``recvs[p]`` from it, in order, for every other rank ``p``."""
+        raise NotImplementedError
+
+    def _until(self, ready: Any, timeout: float) -> None:
+        """Poll ``ready()`` (which raises the transport's errors) until it is true.
+
+        Aborts the communicator on an error, after ``timeout`` seconds, or
+        once :func:`_gone` says the peers will not come.
+        """
+        start = last_check = time.monotonic()
+        while True:
+            try:
+                if ready():
+                    return
+            except Exception as exc:
+                self.abort(f"{type(exc).__name__}: {exc}")
+                raise CommError(f"communicator {self.key!r}: {type(exc).__name__}: {exc}") from exc
+            now = time.monotonic()
+            if now - start > timeout:
+                self.abort(f"no answer in {timeout:.0f} s")
+                raise CommError(f"communicator {self.key!r}: the other ranks did not answer in {timeout:.0f} s "
+                                f"(rank {self.rank} of {self.size}); a worker was lost or is stuck")
+            if now - last_check > LIVENESS_SECONDS:
+                last_check = now
+                why = _gone(self.workers)
+                if why:
+                    self.abort(why)
+                    raise CommError(f"communicator {self.key!r}: {why} mid-sort (rank {self.rank} of {self.size})")
+            # A collective of a sort ends within milliseconds: poll closely at first, gently later.
+            time.sleep(2e-5 if now - start < 0.05 else 1e-3)
+
+    def abort(self, why: str) -> None:
+        """Abort the communicator: every call on it, now or later, fails."""
+        if self.broken is None:
+            self.broken = why
+            with contextlib.suppress(Exception):
+                self._abort_transport()
+
+    def _abort_transport(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.abort("replaced by new communicators")
+
+
+class NcclComm(Collectives):
+    """:class:`Collectives` over one NCCL communicator on this worker's GPU (device 0: dask-cuda's, for its worker)."""
+
+    kind = "nccl"
+
+    def __init__(self, comm: Any, workers: tuple[str, ...], rank: int, key: str):
+        import cupy
+
+        super().__init__(workers, rank, key)
+        self.comm = comm
+        self.device = cupy.cuda.Device(0)
+        with self.device:
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    @classmethod
+    def make(cls, uid: Any, workers: tuple[str, ...], rank: int, key: str) -> "NcclComm":
+        """Rank ``rank`` of a new communicator, with a link to every peer made."""
+        import cupy
+        from cupy.cuda import nccl
+
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # read as NCCL starts: see the module docstring
+        with cupy.cuda.Device(0):
+            comm = cls(nccl.NcclCommunicator(len(workers), uid, rank), workers, rank, key)
+            # NCCL connects a pair of ranks on their first send: every rank is here now, so do it now.
+            one = [[cupy.zeros(1, np.uint8)] for _ in workers]
+            comm.exchange(one, [[cupy.empty(1, np.uint8)] for _ in workers])
+        return comm
+
+    def _gather(self, mine: np.ndarray, nbytes: Sequence[int], timeout: float) -> list[np.ndarray]:
+        import cupy
+
+        with self.device:
+            sends = [[cupy.asarray(mine)] if p != self.rank else [] for p in range(self.size)]
+            recvs = [[cupy.empty(int(n), np.uint8)] if p != self.rank else [] for p, n in enumerate(nbytes)]
+            self._exchange(sends, recvs, timeout)
+            return [mine if p == self.rank else cupy.asnumpy(r[0]) for p, r in enumerate(recvs)]
+
+    def exchange(self, sends: Sequence[Sequence[Any]], recvs: Sequence[Sequence[Any]]) -> None:
+        self._exchange(sends, recvs, TIMEOUT)
+
+    def _exchange(self, sends: Sequence[Sequence[Any]], recvs: Sequence[Sequence[Any]], timeout: float) -> None:
+        import cupy
+        from cupy.cuda import nccl
+
+        if self.broken:
+            raise CommError(f"communicator {self.key!r} was aborted ({self.broken})")
+        with self.device:
+            # The arrays were written on this thread's stream; NCCL's stream runs after them.
+            self.stream.wait_event(cupy.cuda.get_current_stream().record())
+            nccl.groupStart()
+            try:
+                for peer in range(self.size):
+                    if peer == self.rank:
+                        continue
+                    for a in sends[peer]:
+                        for ptr, count, kind in _messages(a):
+                            self.comm.send(ptr, count, kind, peer, self.stream.ptr)
+                    for a in recvs[peer]:
+                        for ptr, count, kind in _messages(a):
+                            self.comm.recv(ptr, count, kind, peer, self.stream.ptr)
+            finally:
+                nccl.groupEnd()
+            self._wait(timeout)
+
+    def _wait(self, timeout: float) -> None:
+        """Until NCCL's stream is done: :meth:`_until`, with NCCL's own asynchronous errors."""
+        done = self.stream.record()
+
+        def ready() -> bool:
+            self.comm.check_async_error()
+            return done.done
+
+        self._until(ready, timeout)
+
+    def _abort_transport(self) -> None:
+        self.comm.abort()
+
+
+#: The most elements one NCCL send or receive moves: larger arrays go in several.
+MESSAGE_ELEMENTS = 2**30
+
+
+def _messages(a: Any) -> list[tuple[int, int, int]]:
+    """``(pointer, count, NCCL datatype)`` of each message that moves contiguous array ``a``.
+
+    Sender and receiver cut an array of the same dtype and length alike,
+    which NCCL needs: its sends and receives match one for one.  Elements of
+    1, 2, 4 or 8 bytes move as unsigned words of that width (2 as float16:
+    NCCL has no 16-bit unsigned type, and only bytes move).
+    """
+    from cupy.cuda import nccl
+
+    kinds = {1: nccl.NCCL_UINT8, 2: nccl.NCCL_FLOAT16, 4: nccl.NCCL_UINT32, 8: nccl.NCCL_UINT64}
+    width = a.dtype.itemsize if a.dtype.itemsize in kinds else 1
+    count = a.nbytes // width
+    return [(a.data.ptr + i * width, min(MESSAGE_ELEMENTS, count - i), kinds[width])
+            for i in range(0, count, MESSAGE_ELEMENTS)]
+
+
+def _step_aside(ready: Any, seconds: float) -> None:
+    """Wait until ``ready()`` or ``seconds`` pass, out of the worker's thread pool so other sorts' tasks run."""
+    from distributed import rejoin, secede
+
+    try:
+        secede()
+    except Exception:  # not in a worker's task
+        time.sleep(seconds)
+        return
+    try:
+        end = time.monotonic() + seconds
+        while not ready() and time.monotonic() < end:
+            time.sleep(0.001)
+    finally:
+        rejoin()
+
+
+def _gone(workers: Sequence[str]) -> str:
+    """Why a waiting rank should stop waiting, asked from a worker's task thread: "" while its peers may come.
+
+    A peer that left the cluster never comes; a task that the scheduler
+    cancelled (its sort failed elsewhere, or the user let go of it) waits
+    for nothing.
+    """
+    from distributed import get_worker
+    from distributed.utils import sync
+    from distributed.worker import thread_state
+
+    try:
+        worker = get_worker()
+    except ValueError:  # not in a worker's task: the timeout still applies
+        return ""
+    task = worker.state.tasks.get(getattr(thread_state, "key", None))
+    if task is not None and task.state in ("cancelled", "released", "forgotten"):
+        return "the sort was cancelled"
+    try:
+        identity = sync(worker.loop, worker.scheduler.identity, n_workers=-1)
+    except Exception:  # no scheduler to ask: the timeout still applies
+        return ""
+    lost = [w for w in workers if w not in identity.get("workers", {})]
+    return f"worker {lost[0]} left the cluster" if lost else ""
+
+
+# --- on the client ------------------------------------------------------------------------------
+
+
+def ensure(client: Any, timeout: float = 60.0) -> Group | None:
+    """The communicators of ``client``'s workers, made if they are not there yet; ``None`` without NCCL.
+
+    Examples
+    --------
+    >>> from distributed import Client, LocalCluster
+    >>> with LocalCluster(n_workers=2, processes=False) as cluster, Client(cluster) as client:
+    ...     ensure(client) is None   # CPU workers: no NCCL, the sort exchanges through P2P
+    True
+    """
+    workers = tuple(sorted(client.scheduler_info(n_workers=-1)["workers"]))
+    if len(workers) < 2:
+        return None
+    # Replies travel as msgpack, where tuples become lists.
+    held = {None if v is None else (v[0], tuple(v[1]), v[2]) for v in client.run(_state).values()}
+    if len(held) == 1 and None not in held:
+        key, group, kind = held.pop()
+        if group == workers:
+            return register(client, Group(key, workers, kind))
+    probed = client.run(_probe)
+    buses = [bus for bus, _ in probed.values()]
+    if None in buses or len(set(buses)) < len(buses):
+        return None
+    uid = client.run(_unique_id, workers=[workers[0]])[workers[0]]
+    key = uuid.uuid4().hex[:16]
+    try:
+        client.run(_join, uid, workers, key, timeout)
+    except Exception as exc:
+        warnings.warn(f"gpusort: NCCL communicators could not be made ({type(exc).__name__}: {exc}); "
+                      "sorting through distributed's P2P exchange instead", RuntimeWarning, stacklevel=3)
+        return None
+    return register(client, Group(key, workers))
+
+
+def why_not(client: Any) -> str:
+    """Why :func:`ensure` gives ``client``'s cluster no communicators, in words."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    if len(workers) < 2:
+        return f"the cluster has {len(workers)} worker (collectives need two or more)"
+    probed = client.run(_probe)
+    reasons = {why for bus, why in probed.values() if bus is None}
+    if reasons:
+        return "; ".join(sorted(reasons))
+    return "two or more workers share one GPU (NCCL needs a GPU per worker: start a dask-cuda LocalCUDACluster)"
+
+
+# --- where the ranks' tasks run ----------------------------------------------------------------
+
+class RankTask(Task):
+    """A task that must run on one worker, ``worker``: a rank of a collective sort.
+
+    Never fused with its neighbours (Dask's linear fusion would rename it,
+    and run the fused task wherever its inputs are); :class:`RankPlacement`
+    pins it to ``worker`` as its graph reaches the scheduler.  Layer
+    annotations cannot say this: Dask's array optimization drops them.
+    """
+
+    worker: str
+
+    __slots__ = tuple(__annotations__)
+
+    def __init__(self, key: Any, func: Any, /, *args: Any, worker: str, **kwargs: Any):
+        self.worker = worker
+        super().__init__(key, func, *args, **kwargs)
+
+    @property
+    def block_fusion(self) -> bool:
+        return True
+
+
+_registered: set[str] = set()  # the schedulers that have a RankPlacement, by address
+
+
+def register(client: Any, group: Group) -> Group:
+    """Have ``client``'s scheduler pin rank tasks (:class:`RankPlacement`); ``group``, for chaining."""
+    address = client.scheduler.address
+    if address not in _registered:
+        client.run_on_scheduler(_register)
+        _registered.add(address)
+    return group
+
+
+def _register(dask_scheduler: Any = None) -> None:
+    if RankPlacement.name not in dask_scheduler.plugins:
+        dask_scheduler.add_plugin(RankPlacement(), name=RankPlacement.name)
+
+
+class RankPlacement(SchedulerPlugin):
+    """Restricts every :class:`RankTask` to its worker, before the scheduler places the new tasks."""
+
+    name = "gpusort-ranks"
+
+    def update_graph(self, scheduler: Any, *, tasks: Any = (), **kwargs: Any) -> None:
+        for key in tasks:
+            ts = scheduler.tasks.get(key)
+            if ts is not None and isinstance(ts.run_spec, RankTask):
+                scheduler.set_restrictions({key: ts.run_spec.worker})
