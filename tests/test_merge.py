@@ -193,6 +193,20 @@ def test_unsorted_float_and_complex_keys_are_named():
         gpusort.merge(np.array([1 + 1j, 1 + 0j]), np.array([0j])).compute()
 
 
+@pytest.mark.parametrize("chunks", [1, 2])
+@pytest.mark.parametrize("swap", [False, True])
+def test_unsorted_complex_rows_of_nans_get_the_not_sorted_error(chunks, swap):
+    """Issue 48: co-ranks found over unsorted rows once failed in corank (negative repeats) before any check."""
+    a = np.full(3, complex(np.nan, -2))
+    b = np.array([complex(np.nan, np.nan), complex(np.nan, 2)])  # descending wants nan+2j first
+    first, second = (b, a) if swap else (a, b)
+    name = "a" if swap else "b"
+    got = gpusort.merge(da.from_array(first, chunks=chunks), da.from_array(second, chunks=chunks), descending=True)
+    with pytest.raises(ValueError, match=rf"^{name} is not sorted \(descending, NaN last\): {name}\[1\] = "
+                                         rf"\(nan\+2j\) comes after {name}\[0\] = \(nan\+nanj\)"):
+        got.compute()
+
+
 def test_building_the_graph_computes_nothing():
     def explode(block):
         raise AssertionError("a chunk was computed while only building the graph")
