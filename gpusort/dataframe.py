@@ -13,7 +13,8 @@ partition:
   mix of directions.
 * its **record**: the bytes of the index and of every column the key does
   not give back exactly -- the other columns and float keys, whose zeros
-  and NaNs tie in the order key but keep their bits in the record.
+  and NaNs tie in the order key but keep their bits in the record, and
+  strings, which travel as fixed-width UTF-8 records (:mod:`gpusort.text`).
 
 Both go through one stable sort by composite key with the records carried
 as values (:func:`gpusort.multikey.sort`: exact co-rank splitters, one merge
@@ -37,7 +38,7 @@ import pandas as pd
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort import composite, multikey, order
+from gpusort import composite, multikey, order, text
 from gpusort.api import SortOptions
 
 
@@ -63,9 +64,9 @@ def sort_values(
     ----------
     df : dask.dataframe.DataFrame
         pandas-backed.  Key columns: integers, floats, bool, datetime64
-        (tz-aware too) or timedelta64.  Other columns and the index (a
-        MultiIndex too): any of those, complex, or categoricals with known
-        categories.
+        (tz-aware too), timedelta64, strings, or categoricals with known
+        categories.  Other columns and the index (a MultiIndex too): any of
+        those, or complex.
     by : label or list of labels
         The key columns, the first primary; the index's name (a level's
         name, for a MultiIndex) may stand for the index (that level).  An
@@ -98,13 +99,16 @@ def sort_values(
     -----
     Building the result computes the lengths of ``df``'s partitions, which
     a Dask DataFrame does not know (as ``df.to_dask_array(lengths=True)``
-    does): that computes ``df`` once, so persist a DataFrame that is costly
-    to compute.  Nothing else runs until the result is computed.
+    does), and the longest string of every string column in the same pass:
+    that computes ``df`` once, so persist a DataFrame that is costly to
+    compute.  Nothing else runs until the result is computed.
 
-    Variable-width columns (strings, objects) are refused by name: carrying
-    them would need every output partition to gather from every input one.
-    Make such a column categorical (``df.categorize(columns=[...])``), or
-    sort without it and join it back by index.
+    Strings (``str``/``string`` columns, and ``object`` columns of ``str``)
+    travel and sort as fixed-width UTF-8 bytes padded to the column's
+    longest string (:mod:`gpusort.text`), in Python's (and pandas') order of
+    code points; a column with a few very long strings makes every row that
+    wide.  Categorical keys sort by their categories' order, as pandas sorts
+    ordered and unordered ones.
 
     Examples
     --------
@@ -134,9 +138,9 @@ def sort_values(
                          f"got {npartitions!r}")
     if not keys:  # pandas returns the frame as it is
         return df
-    plan = _plan(df, meta, keys, descending, na_position == "first", key)
     spec = SortOptions.of(backend=backend, gpu_memory_budget=gpu_memory_budget).spec(np.empty(0))
-    lengths = tuple(int(n) for n in df.map_partitions(len).compute())  # the one thing computed now
+    lengths, widths = _measured(df, meta, keys, key)  # the one thing computed now
+    plan = _plan(df, meta, keys, descending, na_position == "first", key, widths)
     okeys, records = _encoded(df, plan, lengths)
     n = sum(lengths)
     per = max(1, -(-n // npartitions))
@@ -161,15 +165,9 @@ class _Field:
     key: Callable[[pd.Series], Any] | None = None
     """pandas' vectorized key, for a sort key that sorts by what it returns (``dtype`` is then the result's)."""
 
-    def column(self, part: pd.DataFrame) -> pd.Series:
-        """The column (or index level) as ``part`` holds it."""
-        if self.position < 0:
-            return pd.Series(part.index.get_level_values(-1 - self.position), name=self.label)
-        return part.iloc[:, self.position]
-
     def values(self, part: pd.DataFrame) -> np.ndarray:
         """What travels: the storage's NumPy values, of the key's result where a ``key=`` callable is given."""
-        column = self.column(part)
+        column = _column(part, self.position, self.label)
         if self.key is not None:
             column = pd.Series(self.key(column))
             if len(column) != len(part):
@@ -188,9 +186,26 @@ class _Field:
             return column.cat.codes.to_numpy()
         if isinstance(self.dtype, pd.DatetimeTZDtype):
             return column.dt.tz_convert(None).to_numpy()
+        if self.text:
+            return text.records(column, self.storage["b"].shape[0], self.label)
         return column.to_numpy()
 
+    @property
+    def text(self) -> bool:
+        """Whether it travels as :mod:`gpusort.text` records of strings."""
+        return text.is_text(self.dtype)
+
+    def missing(self, values: np.ndarray) -> np.ndarray:
+        """Where :meth:`values` holds NaN, NaT, a missing category or a missing string."""
+        if self.text:
+            return values["n"] < 0
+        if isinstance(self.dtype, pd.CategoricalDtype):
+            return values < 0
+        return pd.isna(values)
+
     def rebuild(self, values: np.ndarray) -> Any:
+        if self.text:
+            return text.strings(values, self.dtype)
         if isinstance(self.dtype, pd.CategoricalDtype):
             return pd.Categorical.from_codes(values, dtype=self.dtype)
         if isinstance(self.dtype, pd.DatetimeTZDtype):
@@ -207,8 +222,9 @@ class _Plan:
     multi_index: bool
     keys: tuple[_Field, ...]
     descending: tuple[bool, ...]
-    na_first: tuple[bool, ...]
-    """For every key, whether a column before its order key puts its NaN and NaT first."""
+    na_column: tuple[str | None, ...]
+    """For every key, ``"first"`` or ``"last"`` where a column before its order key puts its missing values
+    there, ``None`` where its order key puts them last itself."""
     carried: tuple[_Field, ...]
     layout: composite.Layout
 
@@ -219,12 +235,26 @@ class _Plan:
     def key_columns(self, part: pd.DataFrame) -> list:
         """One partition's order-key columns: for every key its NA column (if any), then its order keys."""
         columns = []
-        for f, d, na_first in zip(self.keys, self.descending, self.na_first):
+        for f, d, na in zip(self.keys, self.descending, self.na_column):
             values = f.values(part)
-            if na_first:
-                columns.append((~pd.isna(values)).astype(np.uint8))  # 0 for NaN and NaT: they come first
-            columns += order.key_columns(values, d, "tied")[0]
+            if na is not None:
+                missing = f.missing(values)
+                columns.append((missing if na == "last" else ~missing).astype(np.uint8))
+            columns += text.key_columns(values, d) if f.text else order.key_columns(values, d, "tied")[0]
         return columns
+
+
+
+def _column(part: pd.DataFrame, position: int, label: Any) -> pd.Series:
+    """Column ``position`` of ``part``, or its index level ``-1 - position``, as a Series."""
+    if position < 0:
+        return pd.Series(part.index.get_level_values(-1 - position), name=label)
+    return part.iloc[:, position]
+
+
+def _key_widths(f: _Field, descending: bool) -> list[int]:
+    """Bit widths of one key's order-key columns (its missing values' column apart)."""
+    return text.key_widths(f.storage["b"].shape[0]) if f.text else order.key_widths(f.storage, descending)
 
 
 def _check_frame(df: Any) -> pd.DataFrame:
@@ -287,21 +317,24 @@ def _direction(value: Any, argname: str) -> bool:
                      f"{type(value).__name__}")
 
 
-def _field(meta: pd.DataFrame, label: Any, position: int, key: bool, dtype: Any = None,
+def _field(meta: pd.DataFrame, label: Any, position: int, key: bool, widths: dict[int, int], dtype: Any = None,
            transform: Callable | None = None) -> _Field:
     """The field of one column (or index level), or an error that names it and the fix.
 
-    ``dtype`` and ``transform``: a key's dtype after pandas' ``key=`` callable, which its values go through.
+    ``widths``: the longest string of every text column (by position), as measured.  ``dtype`` and
+    ``transform``: a key's dtype after pandas' ``key=`` callable, which its values go through.
     """
     what = ("df's index" if meta.index.nlevels == 1 else f"level {-1 - position} of df's index") if position < 0 \
         else f"column {label!r}"
     if transform is not None:
         what += " after key="
     if dtype is None:
-        dtype = meta.index.get_level_values(-1 - position).dtype if position < 0 else meta.dtypes.iloc[position]
+        dtype = _dtype(meta, position)
     if isinstance(dtype, pd.DatetimeTZDtype):
         return _Field(label, position, dtype, np.dtype(f"datetime64[{dtype.unit}]"), transform)
-    if isinstance(dtype, pd.CategoricalDtype) and not key:
+    if text.is_text(dtype) and (position in widths or transform is not None):
+        return _Field(label, position, dtype, text.storage(widths.get(position, 0)), transform)
+    if isinstance(dtype, pd.CategoricalDtype):
         from dask.dataframe.utils import UNKNOWN_CATEGORIES
 
         if UNKNOWN_CATEGORIES in dtype.categories:
@@ -313,36 +346,69 @@ def _field(meta: pd.DataFrame, label: Any, position: int, key: bool, dtype: Any 
         return _Field(label, position, dtype, dtype, transform)
     if key:
         raise TypeError(f"{what} has dtype {dtype}, which sort_values cannot sort by: keys are integers, "
-                        "floats, bool, datetime64 or timedelta64 (convert it first, e.g. with "
-                        f"astype('float64'), or sort by a numeric code of it)")
-    raise TypeError(
-        f"{what} has dtype {dtype}, which sort_values cannot carry: it moves fixed-width columns (numbers, bool, "
-        "datetimes, categoricals with known categories) as bytes in one pass, and a variable-width one would make "
-        "every output partition gather from every input one. Make it categorical first "
-        f"(df.categorize(columns=[{label!r}]) computes its categories), or sort without it and join it back by index"
-    )
+                        "floats, bool, datetime64, timedelta64, strings or categoricals (convert it first, e.g. "
+                        "with astype('float64') or astype(str))")
+    raise TypeError(f"{what} has dtype {dtype}, which sort_values cannot carry: it moves numbers, bool, "
+                    "datetimes, strings and categoricals; convert it first (e.g. astype(str), or a numeric dtype)")
+
+
+def _key_dtype(df: Any, label: Any, position: int, key: Callable) -> Any:
+    """A key's dtype after ``key=``, from what it makes of a few made-up rows (an empty Series may keep any)."""
+    return pd.Series(key(_column(df._meta_nonempty, position, label))).dtype
+
+
+def _measured(df: Any, meta: pd.DataFrame, keys: list[tuple[Any, int]], key: Callable | None
+              ) -> tuple[tuple[int, ...], tuple[dict[int, int], dict[int, int]]]:
+    """The partitions' lengths, and the longest string of every text column and text key, in one pass.
+
+    Returns the lengths and two maps of widths by position: of the columns
+    (and index levels) as they are, and of the keys' results after ``key=``.
+    """
+    fields = [(-1 - lv, name) for lv, name in enumerate(meta.index.names)] + list(enumerate(meta.columns))
+    texts = [(p, label) for p, label in fields if text.is_text(_dtype(meta, p))]
+    keyed = [(p, label) for label, p in keys if key is not None and text.is_text(_key_dtype(df, label, p, key))]
+    stats = np.array(dask.compute(*[dask.delayed(_stats, pure=True)(part, texts, keyed, key)
+                                    for part in df.to_delayed()]), dtype=np.int64)
+    most = stats[:, 1:].max(axis=0).tolist()
+    return tuple(stats[:, 0].tolist()), ({p: w for (p, _), w in zip(texts, most)},
+                                         {p: w for (p, _), w in zip(keyed, most[len(texts):])})
+
+
+def _dtype(meta: pd.DataFrame, position: int) -> Any:
+    """The dtype of column ``position``, or of index level ``-1 - position``."""
+    return meta.index.get_level_values(-1 - position).dtype if position < 0 else meta.dtypes.iloc[position]
+
+
+def _stats(part: pd.DataFrame, texts: list, keyed: list, key: Callable | None) -> list[int]:
+    """One partition's length, then the longest string of each of ``texts``, then of each key's result."""
+    out = [len(part)] + [text.longest(_column(part, p, label), label) for p, label in texts]
+    return out + [text.longest(pd.Series(key(_column(part, p, label))), label) for p, label in keyed]
 
 
 def _plan(df: Any, meta: pd.DataFrame, keys: list[tuple[Any, int]], descending: tuple[bool, ...], na_first: bool,
-          key: Callable | None) -> _Plan:
+          key: Callable | None, widths: tuple[dict[int, int], dict[int, int]]) -> _Plan:
     if key is None:
-        key_fields = tuple(_field(meta, label, i, key=True) for label, i in keys)
-    else:  # the key's dtype, from what it makes of a few made-up rows (an empty Series may keep any dtype)
-        sample = df._meta_nonempty
-        key_fields = tuple(_field(meta, label, i, True, pd.Series(key(_Field(label, i, None, None).column(sample)
-                                                                          )).dtype, key)
+        key_fields = tuple(_field(meta, label, i, True, widths[0]) for label, i in keys)
+    else:
+        key_fields = tuple(_field(meta, label, i, True, widths[1], _key_dtype(df, label, i, key), key)
                            for label, i in keys)
-    index = tuple(_field(meta, name, -1 - lv, key=False) for lv, name in enumerate(meta.index.names))
-    columns = tuple(_field(meta, label, i, key=False) for i, label in enumerate(meta.columns))
+    index = tuple(_field(meta, name, -1 - lv, False, widths[0]) for lv, name in enumerate(meta.index.names))
+    columns = tuple(_field(meta, label, i, False, widths[0]) for i, label in enumerate(meta.columns))
     # Order keys of every dtype but floats decode to exactly their bits: float keys, keys through key= and
     # index levels travel as records, with the other columns (always: a record is never empty).
-    exact = {f.position for f in key_fields if f.storage.kind != "f" and f.key is None and f.position >= 0}
+    exact = {f.position for f in key_fields
+             if f.storage.kind not in "fV" and f.key is None and f.position >= 0}
     carried = tuple(f for f in (*index, *columns) if f.position not in exact)
-    # NaN and NaT first: a 1-bit column before each key that can hold them, 0 where it does.
-    nulls = tuple(na_first and f.storage.kind in "fmM" for f in key_fields)
-    widths = [w for f, d, n in zip(key_fields, descending, nulls) for w in [1] * n + order.key_widths(f.storage, d)]
-    return _Plan(columns, index, isinstance(meta.index, pd.MultiIndex), key_fields, descending, nulls, carried,
-                 composite.Layout(tuple(widths)))
+    # A 1-bit column before a key puts its missing values first or last: before strings and categoricals
+    # (whose order keys know no missing value), and before floats and datetimes for na_position="first".
+    where = "first" if na_first else "last"
+    na_column = tuple(where if f.text or isinstance(f.dtype, pd.CategoricalDtype) or (na_first and f.storage.kind
+                                                                                      in "fmM") else None
+                      for f in key_fields)
+    bits = [w for f, d, na in zip(key_fields, descending, na_column) for w in [1] * (na is not None)
+            + _key_widths(f, d)]
+    return _Plan(columns, index, isinstance(meta.index, pd.MultiIndex), key_fields, descending, na_column, carried,
+                 composite.Layout(tuple(bits)))
 
 
 def _encoded(df: Any, plan: _Plan, lengths: tuple[int, ...]) -> tuple[da.Array, da.Array]:
@@ -384,11 +450,11 @@ def _decode(plan: _Plan, okeys: np.ndarray, records: np.ndarray) -> pd.DataFrame
         values[f.position] = records[:, at:at + f.storage.itemsize].copy().view(f.storage).reshape(len(records))
         at += f.storage.itemsize
     column = 0
-    for f, d, na_first in zip(plan.keys, plan.descending, plan.na_first):
-        column += na_first
+    for f, d, na in zip(plan.keys, plan.descending, plan.na_column):
+        column += na is not None
         if f.position not in values:
             values[f.position] = order.decode_column(plan.layout.unpack(okeys, column), f.storage, d, "tied")
-        column += len(order.key_widths(f.storage, d))
+        column += len(_key_widths(f, d))
     levels = [f.rebuild(values[f.position]) for f in plan.index]
     if plan.multi_index:
         index = pd.MultiIndex.from_arrays(levels, names=[f.label for f in plan.index])
