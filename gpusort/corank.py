@@ -343,36 +343,3 @@ def split_vectors(
             raise ValueError(f"split_vectors needs the plan and windows of {len(ranks)} inner ranks")
         return np.concatenate(ends)
     return np.concatenate([ends[0], refine_splits(ranks, *plan, windows), ends[1]])
-
-
-def merge_path_splits(ranks: np.ndarray, a_counts: np.ndarray, na: int, nb: int) -> np.ndarray:
-    """Two-way split vectors ``(i, r - i)`` on a valid merge path, each ``i`` the nearest to ``a_counts``.
-
-    A split of rank ``r`` between two sequences of ``na`` and ``nb`` elements
-    takes ``i`` elements of the first and ``r - i`` of the second, so
-    ``max(0, r - nb) <= i <= min(r, na)``, and along ascending ``ranks`` (from
-    0 to ``na + nb``) neither count may decrease.  Each ``i`` is clamped into
-    what the previous split leaves possible.  The exact co-ranks of sorted
-    sequences already obey all of this and come back unchanged; counts found
-    over sequences that are not sorted still become slices that cut each
-    sequence into consecutive pieces covering it once, so a check of what
-    every slice holds sees every element.
-
-    Returns
-    -------
-    ndarray of int64, shape ``(len(ranks), 2)``
-
-    Examples
-    --------
-    >>> merge_path_splits(np.array([0, 3, 6]), np.array([0, 2, 4]), 4, 2).tolist()
-    [[0, 0], [2, 1], [4, 2]]
-    >>> merge_path_splits(np.array([0, 3, 6]), np.array([5, 0, 9]), 4, 2).tolist()   # not from sorted inputs
-    [[0, 0], [1, 2], [4, 2]]
-    """
-    out = np.empty((len(ranks), 2), dtype=np.int64)
-    i = previous = 0
-    for j, (r, want) in enumerate(zip(np.asarray(ranks).tolist(), np.asarray(a_counts).tolist())):
-        i = min(max(int(want), r - nb, i), na, i + r - previous)
-        out[j] = i, r - i
-        previous = r
-    return out

@@ -13,7 +13,8 @@ partition:
   mix of directions.
 * its **record**: the bytes of the index and of every column the key does
   not give back exactly -- the other columns and float keys, whose zeros
-  and NaNs tie in the order key but keep their bits in the record.
+  and NaNs tie in the order key but keep their bits in the record, and
+  strings, which travel as fixed-width UTF-8 records (:mod:`gpusort.text`).
 
 Both go through one stable sort by composite key with the records carried
 as values (:func:`gpusort.multikey.sort`: exact co-rank splitters, one merge
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import dask
 import dask.array as da
@@ -37,8 +38,8 @@ import pandas as pd
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort import composite, multikey, order
-from gpusort.api import SortOptions, check_flag
+from gpusort import composite, multikey, order, text
+from gpusort.api import SortOptions
 
 
 def sort_values(
@@ -47,27 +48,39 @@ def sort_values(
     ascending: bool | Sequence[bool] = True,
     npartitions: int | None = None,
     *,
+    na_position: str = "last",
+    key: Callable[[pd.Series], Any] | None = None,
     backend: str | None = None,
     gpu_memory_budget: int | str | None = None,
 ) -> Any:
     """A Dask DataFrame's rows sorted by columns, as ``pandas.DataFrame.sort_values`` sorts them.
 
-    pandas' semantics with ``kind="stable"`` and ``na_position="last"``: rows
-    with equal keys keep their order, NaN and NaT come last in either
-    direction, the index stays with its row, and every other column moves
-    with the keys, bit for bit.
+    pandas' semantics with ``kind="stable"``: rows with equal keys keep
+    their order, NaN and NaT come last (or first) in either direction, the
+    index stays with its row, and every other column moves with the keys,
+    bit for bit.
 
     Parameters
     ----------
     df : dask.dataframe.DataFrame
         pandas-backed.  Key columns: integers, floats, bool, datetime64
-        (tz-aware too) or timedelta64.  Other columns and the index: any of
-        those, complex, or categoricals with known categories.
+        (tz-aware too), timedelta64, strings, or categoricals with known
+        categories.  Other columns and the index (a MultiIndex too): any of
+        those, or complex.
     by : label or list of labels
-        The key columns, the first primary; the index's name may stand for
-        the index.
+        The key columns, the first primary; the index's name (a level's
+        name, for a MultiIndex) may stand for the index (that level).  An
+        empty list returns ``df`` as it is, as pandas does.
     ascending : bool or list of bool
-        The direction of every key, or one per key.
+        The direction of every key, or one per key; ints are taken as
+        pandas takes them (``0`` is descending).
+    na_position : {"last", "first"}
+        Where every key's NaN and NaT go, in either direction.
+    key : callable, optional
+        pandas' vectorized key: called on every key column (a Series) of
+        every partition before the sort, it returns keys of the same length
+        to sort by in its place.  Its result's dtype must be one that
+        ``by`` takes; the columns themselves come back unchanged.
     npartitions : int, optional
         Output partitions; by default ``df.npartitions``.  Every partition
         has ``ceil(len(df) / npartitions)`` rows but the last ones, which
@@ -86,13 +99,16 @@ def sort_values(
     -----
     Building the result computes the lengths of ``df``'s partitions, which
     a Dask DataFrame does not know (as ``df.to_dask_array(lengths=True)``
-    does): that computes ``df`` once, so persist a DataFrame that is costly
-    to compute.  Nothing else runs until the result is computed.
+    does), and the longest string of every string column in the same pass:
+    that computes ``df`` once, so persist a DataFrame that is costly to
+    compute.  Nothing else runs until the result is computed.
 
-    Variable-width columns (strings, objects) are refused by name: carrying
-    them would need every output partition to gather from every input one.
-    Make such a column categorical (``df.categorize(columns=[...])``), or
-    sort without it and join it back by index.
+    Strings (``str``/``string`` columns, and ``object`` columns of ``str``)
+    travel and sort as fixed-width UTF-8 bytes padded to the column's
+    longest string (:mod:`gpusort.text`), in Python's (and pandas') order of
+    code points; a column with a few very long strings makes every row that
+    wide.  Categorical keys sort by their categories' order, as pandas sorts
+    ordered and unordered ones.
 
     Examples
     --------
@@ -111,14 +127,20 @@ def sort_values(
     meta = _check_frame(df)
     keys = _key_fields(meta, by)
     descending = _directions(ascending, len(keys))
+    if na_position not in ("last", "first"):
+        raise ValueError(f"invalid na_position: {na_position!r}; use 'last' or 'first'")
+    if key is not None and not callable(key):
+        raise TypeError(f"key must be a callable that maps a Series to keys of its length, or None; got {key!r}")
     if npartitions is None:
         npartitions = df.npartitions
     if isinstance(npartitions, bool) or not isinstance(npartitions, numbers.Integral) or npartitions < 1:
         raise ValueError(f"npartitions must be a positive int (the number of output partitions), or None; "
                          f"got {npartitions!r}")
-    plan = _plan(meta, keys, descending)
+    if not keys:  # pandas returns the frame as it is
+        return df
     spec = SortOptions.of(backend=backend, gpu_memory_budget=gpu_memory_budget).spec(np.empty(0))
-    lengths = tuple(int(n) for n in df.map_partitions(len).compute())  # the one thing computed now
+    lengths, widths = _measured(df, meta, keys, key)  # the one thing computed now
+    plan = _plan(df, meta, keys, descending, na_position == "first", key, widths)
     okeys, records = _encoded(df, plan, lengths)
     n = sum(lengths)
     per = max(1, -(-n // npartitions))
@@ -133,23 +155,57 @@ def sort_values(
 
 @dataclass(frozen=True)
 class _Field:
-    """One fixed-width field of a row: a column (by position) or the index (``position=-1``)."""
+    """One fixed-width field of a row: a column (by position) or a level of the index (``position = -1 - level``)."""
 
     label: Any
     position: int
     dtype: Any
     storage: np.dtype
     """The NumPy dtype it travels as: the column's, a tz-aware datetime's UTC datetime64, a categorical's codes."""
+    key: Callable[[pd.Series], Any] | None = None
+    """pandas' vectorized key, for a sort key that sorts by what it returns (``dtype`` is then the result's)."""
 
     def values(self, part: pd.DataFrame) -> np.ndarray:
-        column = pd.Series(part.index) if self.position < 0 else part.iloc[:, self.position]
+        """What travels: the storage's NumPy values, of the key's result where a ``key=`` callable is given."""
+        column = _column(part, self.position, self.label)
+        if self.key is not None:
+            column = pd.Series(self.key(column))
+            if len(column) != len(part):
+                raise ValueError(f"key= returned {len(column)} keys for {self.label!r} in a partition of "
+                                 f"{len(part)} rows; it must return one key a row, as pandas requires")
+            if column.dtype != self.dtype:
+                # Planned from a few made-up rows: a partition's result must fit that dtype, or its
+                # order keys would be packed at the wrong width.
+                if not (isinstance(column.dtype, np.dtype) and isinstance(self.dtype, np.dtype)
+                        and np.can_cast(column.dtype, self.dtype, "safe")):
+                    raise TypeError(f"key= returned dtype {column.dtype} for {self.label!r} in a partition, "
+                                    f"but {self.dtype} for the frame's made-up rows (df._meta_nonempty); "
+                                    f"make it return one dtype, e.g. key(s).astype('float64')")
+                column = column.astype(self.dtype)
         if isinstance(self.dtype, pd.CategoricalDtype):
             return column.cat.codes.to_numpy()
         if isinstance(self.dtype, pd.DatetimeTZDtype):
             return column.dt.tz_convert(None).to_numpy()
+        if self.text:
+            return text.records(column, self.storage["b"].shape[0], self.label)
         return column.to_numpy()
 
+    @property
+    def text(self) -> bool:
+        """Whether it travels as :mod:`gpusort.text` records of strings."""
+        return text.is_text(self.dtype)
+
+    def missing(self, values: np.ndarray) -> np.ndarray:
+        """Where :meth:`values` holds NaN, NaT, a missing category or a missing string."""
+        if self.text:
+            return values["n"] < 0
+        if isinstance(self.dtype, pd.CategoricalDtype):
+            return values < 0
+        return pd.isna(values)
+
     def rebuild(self, values: np.ndarray) -> Any:
+        if self.text:
+            return text.strings(values, self.dtype)
         if isinstance(self.dtype, pd.CategoricalDtype):
             return pd.Categorical.from_codes(values, dtype=self.dtype)
         if isinstance(self.dtype, pd.DatetimeTZDtype):
@@ -162,15 +218,43 @@ class _Plan:
     """What the encode and decode tasks need: the fields, which are keys and how, which travel as records."""
 
     columns: tuple[_Field, ...]
-    index: _Field
+    index: tuple[_Field, ...]
+    multi_index: bool
     keys: tuple[_Field, ...]
     descending: tuple[bool, ...]
+    na_column: tuple[str | None, ...]
+    """For every key, ``"first"`` or ``"last"`` where a column before its order key puts its missing values
+    there, ``None`` where its order key puts them last itself."""
     carried: tuple[_Field, ...]
     layout: composite.Layout
 
     @property
     def width(self) -> int:
         return sum(f.storage.itemsize for f in self.carried)
+
+    def key_columns(self, part: pd.DataFrame) -> list:
+        """One partition's order-key columns: for every key its NA column (if any), then its order keys."""
+        columns = []
+        for f, d, na in zip(self.keys, self.descending, self.na_column):
+            values = f.values(part)
+            if na is not None:
+                missing = f.missing(values)
+                columns.append((missing if na == "last" else ~missing).astype(np.uint8))
+            columns += text.key_columns(values, d) if f.text else order.key_columns(values, d, "tied")[0]
+        return columns
+
+
+
+def _column(part: pd.DataFrame, position: int, label: Any) -> pd.Series:
+    """Column ``position`` of ``part``, or its index level ``-1 - position``, as a Series."""
+    if position < 0:
+        return pd.Series(part.index.get_level_values(-1 - position), name=label)
+    return part.iloc[:, position]
+
+
+def _key_widths(f: _Field, descending: bool) -> list[int]:
+    """Bit widths of one key's order-key columns (its missing values' column apart)."""
+    return text.key_widths(f.storage["b"].shape[0]) if f.text else order.key_widths(f.storage, descending)
 
 
 def _check_frame(df: Any) -> pd.DataFrame:
@@ -182,82 +266,149 @@ def _check_frame(df: Any) -> pd.DataFrame:
                             "dask.dataframe.from_pandas(df, npartitions=...)")
         raise TypeError(f"df must be a pandas-backed Dask DataFrame; got {type(df).__name__} "
                         "(a Dask Series: sort its to_frame())")
-    if isinstance(meta.index, pd.MultiIndex):
-        raise TypeError("df has a MultiIndex, which sort_values cannot carry; reset_index() first")
     return meta
 
 
 def _key_fields(meta: pd.DataFrame, by: Any) -> list[tuple[Any, int]]:
-    """``(label, position)`` of every key, the index's position -1."""
-    labels = list(by) if isinstance(by, (list, tuple)) else [by]
-    if not labels:
-        raise ValueError("by is empty; name at least one column to sort by")
+    """``(label, position)`` of every key, index level ``l``'s position ``-1 - l``."""
+    labels = list(by) if isinstance(by, list) else [by]
     keys = []
     for label in labels:
-        hits = np.flatnonzero(meta.columns == label) if label in meta.columns else []
+        hits = [i for i, c in enumerate(meta.columns) if _same_label(c, label)]
         if len(hits) > 1:
             raise ValueError(f"by names column {label!r}, which df has {len(hits)} times; make the labels unique")
+        levels = [lv for lv, name in enumerate(meta.index.names) if name is not None and name == label]
         if len(hits) == 1:
-            keys.append((label, int(hits[0])))
-        elif label is not None and label == meta.index.name:
-            keys.append((label, -1))
+            keys.append((label, hits[0]))
+        elif levels:
+            keys.append((label, -1 - levels[0]))
         else:
             raise KeyError(f"by names {label!r}, which is neither a column of df nor its index's name; "
                            f"columns: {list(meta.columns)}")
     return keys
 
 
+def _same_label(column: Any, label: Any) -> bool:
+    """Whether ``label`` names ``column``; one missing label (``None``, NaN) names another.
+
+    Compared one by one, not by ``columns == label``, which is all False
+    for ``None``; and Dask's DataFrames hold a column labelled ``None`` as
+    NaN.
+    """
+    missing = [pd.api.types.is_scalar(x) and pd.isna(x) for x in (column, label)]
+    return all(missing) or (not any(missing) and bool(column == label))
+
+
 def _directions(ascending: Any, nkeys: int) -> tuple[bool, ...]:
-    """Whether each key sorts largest first, from ``ascending`` (one bool, or one per key)."""
+    """Whether each key sorts largest first, from ``ascending`` (one bool, or one per key), as pandas reads it."""
     if isinstance(ascending, (list, tuple)):
         if len(ascending) != nkeys:
             raise ValueError(f"ascending has {len(ascending)} entries but by names {nkeys} columns; "
                              "give one bool per column, or a single bool")
-        for i, a in enumerate(ascending):
-            check_flag(a, f"ascending[{i}]")
-        return tuple(not a for a in ascending)
-    check_flag(ascending, "ascending")
-    return (not ascending,) * nkeys
+        return tuple(not _direction(a, f"ascending[{i}]") for i, a in enumerate(ascending))
+    return (not _direction(ascending, "ascending"),) * nkeys
 
 
-def _field(meta: pd.DataFrame, label: Any, position: int, key: bool) -> _Field:
-    """The field of one column (or the index), or an error that names it and the fix."""
-    what = "df's index" if position < 0 else f"column {label!r}"
-    dtype = meta.index.dtype if position < 0 else meta.dtypes.iloc[position]
+def _direction(value: Any, argname: str) -> bool:
+    """A bool or an int, as pandas takes them (its ``ValueError`` for anything else: ``"False"`` would read as true)."""
+    if isinstance(value, (bool, np.bool_, numbers.Integral)):
+        return bool(value)
+    raise ValueError(f"{argname} must be a bool (or an int, as pandas takes it); got {value!r} of type "
+                     f"{type(value).__name__}")
+
+
+def _field(meta: pd.DataFrame, label: Any, position: int, key: bool, widths: dict[int, int], dtype: Any = None,
+           transform: Callable | None = None) -> _Field:
+    """The field of one column (or index level), or an error that names it and the fix.
+
+    ``widths``: the longest string of every text column (by position), as measured.  ``dtype`` and
+    ``transform``: a key's dtype after pandas' ``key=`` callable, which its values go through.
+    """
+    what = ("df's index" if meta.index.nlevels == 1 else f"level {-1 - position} of df's index") if position < 0 \
+        else f"column {label!r}"
+    if transform is not None:
+        what += " after key="
+    if dtype is None:
+        dtype = _dtype(meta, position)
     if isinstance(dtype, pd.DatetimeTZDtype):
-        return _Field(label, position, dtype, np.dtype(f"datetime64[{dtype.unit}]"))
-    if isinstance(dtype, pd.CategoricalDtype) and not key:
+        return _Field(label, position, dtype, np.dtype(f"datetime64[{dtype.unit}]"), transform)
+    if text.is_text(dtype) and (position in widths or transform is not None):
+        return _Field(label, position, dtype, text.storage(widths.get(position, 0)), transform)
+    if isinstance(dtype, pd.CategoricalDtype):
         from dask.dataframe.utils import UNKNOWN_CATEGORIES
 
         if UNKNOWN_CATEGORIES in dtype.categories:
             raise TypeError(f"{what} is categorical with unknown categories; make them known first "
                             f"(df.categorize(columns=[{label!r}]) computes them)")
-        return _Field(label, position, dtype, pd.Categorical([], dtype=dtype).codes.dtype)
+        return _Field(label, position, dtype, pd.Categorical([], dtype=dtype).codes.dtype, transform)
     kinds = "iufbmM" if key else "iufcbmM"
     if isinstance(dtype, np.dtype) and dtype.kind in kinds:
-        return _Field(label, position, dtype, dtype)
+        return _Field(label, position, dtype, dtype, transform)
     if key:
         raise TypeError(f"{what} has dtype {dtype}, which sort_values cannot sort by: keys are integers, "
-                        "floats, bool, datetime64 or timedelta64 (convert it first, e.g. with "
-                        f"astype('float64'), or sort by a numeric code of it)")
-    raise TypeError(
-        f"{what} has dtype {dtype}, which sort_values cannot carry: it moves fixed-width columns (numbers, bool, "
-        "datetimes, categoricals with known categories) as bytes in one pass, and a variable-width one would make "
-        "every output partition gather from every input one. Make it categorical first "
-        f"(df.categorize(columns=[{label!r}]) computes its categories), or sort without it and join it back by index"
-    )
+                        "floats, bool, datetime64, timedelta64, strings or categoricals (convert it first, e.g. "
+                        "with astype('float64') or astype(str))")
+    raise TypeError(f"{what} has dtype {dtype}, which sort_values cannot carry: it moves numbers, bool, "
+                    "datetimes, strings and categoricals; convert it first (e.g. astype(str), or a numeric dtype)")
 
 
-def _plan(meta: pd.DataFrame, keys: list[tuple[Any, int]], descending: tuple[bool, ...]) -> _Plan:
-    key_fields = tuple(_field(meta, label, i, key=True) for label, i in keys)
-    columns = tuple(_field(meta, label, i, key=False) for i, label in enumerate(meta.columns))
-    index = _field(meta, meta.index.name, -1, key=False)
-    # Order keys of every dtype but floats decode to exactly their bits: float keys travel as records too,
-    # with the other columns and the index (always: a record is never empty).
-    exact = {f.position for f in key_fields if f.storage.kind != "f"} - {-1}
-    carried = tuple(f for f in (index, *columns) if f.position not in exact)
-    widths = [w for f, d in zip(key_fields, descending) for w in order.key_widths(f.storage, d)]
-    return _Plan(columns, index, key_fields, descending, carried, composite.Layout(tuple(widths)))
+def _key_dtype(df: Any, label: Any, position: int, key: Callable) -> Any:
+    """A key's dtype after ``key=``, from what it makes of a few made-up rows (an empty Series may keep any)."""
+    return pd.Series(key(_column(df._meta_nonempty, position, label))).dtype
+
+
+def _measured(df: Any, meta: pd.DataFrame, keys: list[tuple[Any, int]], key: Callable | None
+              ) -> tuple[tuple[int, ...], tuple[dict[int, int], dict[int, int]]]:
+    """The partitions' lengths, and the longest string of every text column and text key, in one pass.
+
+    Returns the lengths and two maps of widths by position: of the columns
+    (and index levels) as they are, and of the keys' results after ``key=``.
+    """
+    fields = [(-1 - lv, name) for lv, name in enumerate(meta.index.names)] + list(enumerate(meta.columns))
+    texts = [(p, label) for p, label in fields if text.is_text(_dtype(meta, p))]
+    keyed = [(p, label) for label, p in keys if key is not None and text.is_text(_key_dtype(df, label, p, key))]
+    stats = np.array(dask.compute(*[dask.delayed(_stats, pure=True)(part, texts, keyed, key)
+                                    for part in df.to_delayed()]), dtype=np.int64)
+    most = stats[:, 1:].max(axis=0).tolist()
+    return tuple(stats[:, 0].tolist()), ({p: w for (p, _), w in zip(texts, most)},
+                                         {p: w for (p, _), w in zip(keyed, most[len(texts):])})
+
+
+def _dtype(meta: pd.DataFrame, position: int) -> Any:
+    """The dtype of column ``position``, or of index level ``-1 - position``."""
+    return meta.index.get_level_values(-1 - position).dtype if position < 0 else meta.dtypes.iloc[position]
+
+
+def _stats(part: pd.DataFrame, texts: list, keyed: list, key: Callable | None) -> list[int]:
+    """One partition's length, then the longest string of each of ``texts``, then of each key's result."""
+    out = [len(part)] + [text.longest(_column(part, p, label), label) for p, label in texts]
+    return out + [text.longest(pd.Series(key(_column(part, p, label))), label) for p, label in keyed]
+
+
+def _plan(df: Any, meta: pd.DataFrame, keys: list[tuple[Any, int]], descending: tuple[bool, ...], na_first: bool,
+          key: Callable | None, widths: tuple[dict[int, int], dict[int, int]]) -> _Plan:
+    if key is None:
+        key_fields = tuple(_field(meta, label, i, True, widths[0]) for label, i in keys)
+    else:
+        key_fields = tuple(_field(meta, label, i, True, widths[1], _key_dtype(df, label, i, key), key)
+                           for label, i in keys)
+    index = tuple(_field(meta, name, -1 - lv, False, widths[0]) for lv, name in enumerate(meta.index.names))
+    columns = tuple(_field(meta, label, i, False, widths[0]) for i, label in enumerate(meta.columns))
+    # Order keys of every dtype but floats decode to exactly their bits: float keys, keys through key= and
+    # index levels travel as records, with the other columns (always: a record is never empty).
+    exact = {f.position for f in key_fields
+             if f.storage.kind not in "fV" and f.key is None and f.position >= 0}
+    carried = tuple(f for f in (*index, *columns) if f.position not in exact)
+    # A 1-bit column before a key puts its missing values first or last: before strings and categoricals
+    # (whose order keys know no missing value), and before floats and datetimes for na_position="first".
+    where = "first" if na_first else "last"
+    na_column = tuple(where if f.text or isinstance(f.dtype, pd.CategoricalDtype) or (na_first and f.storage.kind
+                                                                                      in "fmM") else None
+                      for f in key_fields)
+    bits = [w for f, d, na in zip(key_fields, descending, na_column) for w in [1] * (na is not None)
+            + _key_widths(f, d)]
+    return _Plan(columns, index, isinstance(meta.index, pd.MultiIndex), key_fields, descending, na_column, carried,
+                 composite.Layout(tuple(bits)))
 
 
 def _encoded(df: Any, plan: _Plan, lengths: tuple[int, ...]) -> tuple[da.Array, da.Array]:
@@ -282,10 +433,7 @@ def _encoded(df: Any, plan: _Plan, lengths: tuple[int, ...]) -> tuple[da.Array, 
 
 def _okeys(plan: _Plan, part: pd.DataFrame) -> np.ndarray:
     """One partition's composite order keys: every key's order-key columns, in its direction, packed."""
-    columns = []
-    for f, d in zip(plan.keys, plan.descending):
-        columns += order.key_columns(f.values(part), d, "tied")[0]
-    return plan.layout.pack(columns)
+    return plan.layout.pack(plan.key_columns(part))
 
 
 def _records(plan: _Plan, part: pd.DataFrame) -> np.ndarray:
@@ -302,11 +450,16 @@ def _decode(plan: _Plan, okeys: np.ndarray, records: np.ndarray) -> pd.DataFrame
         values[f.position] = records[:, at:at + f.storage.itemsize].copy().view(f.storage).reshape(len(records))
         at += f.storage.itemsize
     column = 0
-    for f, d in zip(plan.keys, plan.descending):
+    for f, d, na in zip(plan.keys, plan.descending, plan.na_column):
+        column += na is not None
         if f.position not in values:
             values[f.position] = order.decode_column(plan.layout.unpack(okeys, column), f.storage, d, "tied")
-        column += len(order.key_widths(f.storage, d))
-    index = pd.Index(plan.index.rebuild(values[-1]), name=plan.index.label)
+        column += len(_key_widths(f, d))
+    levels = [f.rebuild(values[f.position]) for f in plan.index]
+    if plan.multi_index:
+        index = pd.MultiIndex.from_arrays(levels, names=[f.label for f in plan.index])
+    else:
+        index = pd.Index(levels[0], name=plan.index[0].label)
     out = pd.DataFrame({i: f.rebuild(values[i]) for i, f in enumerate(plan.columns)}, index=index)
     out.columns = pd.Index([f.label for f in plan.columns])
     return out

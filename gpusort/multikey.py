@@ -71,7 +71,7 @@ def records(arrays: Sequence[da.Array]) -> da.Array:
     NumPy and CuPy alike: CuPy has no structured dtypes, so a record is bytes.
     """
     width = sum(a.dtype.itemsize for a in arrays)
-    return da.map_blocks(_to_records, *arrays, dtype=np.uint8, new_axis=1, chunks=(arrays[0].chunks[0], (width,)))
+    return da.map_blocks(record_rows, *arrays, dtype=np.uint8, new_axis=1, chunks=(arrays[0].chunks[0], (width,)))
 
 
 def fields(recs: da.Array, dtypes: Sequence[np.dtype]) -> tuple[da.Array, ...]:
@@ -83,7 +83,14 @@ def fields(recs: da.Array, dtypes: Sequence[np.dtype]) -> tuple[da.Array, ...]:
     return tuple(out)
 
 
-def _to_records(*blocks: Any) -> Any:
+def record_rows(*blocks: Any) -> Any:
+    """Aligned 1-D blocks as one ``(n, bytes)`` uint8 block of records: :func:`records`' task.
+
+    Examples
+    --------
+    >>> record_rows(np.array([1, 2], np.uint8), np.array([3, 4], np.uint16)).tolist()
+    [[1, 3, 0], [2, 4, 0]]
+    """
     xp = namespace(blocks[0])
     n = len(blocks[0])
     return xp.concatenate([xp.ascontiguousarray(b).view(np.uint8).reshape(n, b.dtype.itemsize) for b in blocks],

@@ -1,68 +1,48 @@
-"""Merging two sorted Dask arrays: Merge Path over chunks, with exactly balanced output chunks.
+"""Merging two sorted Dask arrays: the sort's phases 2-3 over runs that are already sorted.
 
-Merge Path (Green, McColl, Bader 2012; Odeh et al. 2012) cuts the merge of
-sorted ``a`` and ``b`` by output rank: the first ``r`` merged elements are
-the first ``i`` of ``a`` and the first ``r - i`` of ``b`` for one co-rank
-``i``.  Output chunk ``j`` owns ranks ``[r_j, r_{j+1})`` and merges exactly
-``a[i_j:i_{j+1}]`` and ``b[r_j - i_j:r_{j+1} - i_{j+1}]``; no element is
-read twice and no output chunk waits for another.  Ties take ``a``'s
-elements first, each input's in its order: the strict order ``(key, input,
-position)`` of :mod:`gpusort.corank` with two runs.
+Sorted ``a`` and ``b`` are runs already, so a merge is a sort without
+phase 1 (:mod:`gpusort.graph`).  Consecutive chunks of each input are
+batched into runs as the sort batches its chunks (``runs-``, one task per
+run, tiny chunks a few tasks in all); then every run publishes every
+``g``-th order key (``samples-``), one task finds the exact co-ranks of the
+output blocks' edges from the samples and the few keys around each edge
+(``splits-``, :func:`gpusort.corank.exact_splits`), and one task per block
+of output chunks merges exactly its slices (``merge-``).  ``a``'s runs come
+before ``b``'s, so the strict order ``(key, run, position)`` of
+:mod:`gpusort.corank` takes ``a``'s ties first, each input's in its order.
+Every task depends on its chunks, or on the runs and their samples: the
+graph has ``O(p + q + J)`` tasks and dependencies for ``p`` and ``q`` input
+chunks and ``J`` output chunks, as the sort's does, and needs the memory the
+sort needs.
 
-The co-ranks come from samples, as the sort's splitters do (constant rounds,
-whatever the number of chunks): every chunk publishes every ``g``-th order
-key of its input (``samples-``), one task brackets every co-rank in a window
-of at most ``5g`` elements per boundary (``plan-``,
-:func:`gpusort.corank.plan_windows`), every chunk cuts its part of the
-windows (``windows-``), and one task takes the exact co-ranks from them
-(``splits-``, :func:`gpusort.corank.refine_splits`).  That is ``n/g`` keys
-of samples and ``5g`` per boundary, about ``2·sqrt(5·n·J)`` keys for ``J``
-output chunks, in five rounds.  A binary search over the inputs would need
-``log n`` rounds of tasks, and one over chunk ends only brackets a co-rank
-within whole chunks.
+Order keys are :func:`gpusort.order.encode`'s scheme ``"float"`` for real
+keys: floats compared as floats, ``-0.0`` tied with ``0.0`` and every NaN
+with every other NaN, as NumPy compares them, so a merge of sorted inputs
+never reorders a tie, and the merged keys decode to the inputs' exact bits.
+Complex keys merge as composite order keys (:mod:`gpusort.multikey`) and
+carry themselves (and their values, as records).
 
-Which chunks a merge reads is data-dependent, but Merge Path bounds it: the
-co-rank of ``r`` lies in ``[r - len(b), r]``, so output chunk ``j`` depends
-only on the chunks of ``a`` that meet ``[r_j - len(b) - 1, r_{j+1})`` (and
-the same for ``b``).  A small ``b`` merged into a large ``a`` reads one or
-two chunks of ``a`` per output chunk; two inputs of equal length, up to half
-the chunks of each.  The graph has ``O(p + q + J)`` tasks for ``p`` and
-``q`` input chunks.  Where the chunks live in several worker processes,
-each worker fetches the chunks its merges read (at most every chunk once).
-
-Order keys are :func:`gpusort.order.encode`'s scheme ``"tied"``: ``-0.0``
-ties with ``0.0`` and every NaN with every other NaN, as NumPy compares
-them, so a merge of sorted inputs never reorders a tie, and integer keys
-merge as integers.  Those two tie classes are the only equal order keys
-with different bits: each merge writes them back from its inputs, ``a``'s
-then ``b``'s, so the output holds the inputs' exact bits in the stable
-order.  Complex keys merge as composite order keys (:mod:`gpusort.multikey`)
-and carry their positions, through which the keys and values are gathered.
-
-Nothing checks up front that the inputs are sorted: each merge checks the
-order keys it reads anyway, and one element before them, so that together
-the merges check every neighbouring pair of each input, chunk ends
-included, and the first one out of order raises a ``ValueError``.  Splits
-over unsorted inputs stay a valid cut of both
-(:func:`gpusort.corank.merge_path_splits`), so every element is checked.
+Nothing checks the inputs up front: each run task checks the order of the
+keys it encodes anyway, and the join with the last key before it, so that
+together the runs check every neighbouring pair of each input, chunk ends
+included, and the first one out of order raises a ``ValueError`` before any
+co-rank is computed from it.
 """
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import Any
 
 import dask.array as da
 import numpy as np
-from dask.array.utils import meta_from_array
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort import composite, corank, multikey, order
+from gpusort import composite, graph, multikey, order
 from gpusort.api import SortOptions, as_dask
-from gpusort.arrays import every, is_cupy, namespace, to_numpy
-from gpusort.backends import BackendSpec, get_backend
+from gpusort.arrays import concatenate, is_cupy, namespace, to_numpy
+from gpusort.backends import BackendSpec, Pair
 
 
 def merge(
@@ -108,10 +88,10 @@ def merge(
 
     Notes
     -----
-    No sort and no pass over the data besides the merge itself: the
-    co-ranks come from samples and windows of the order keys, and each
-    merge checks the order of what it reads (see :mod:`gpusort.sorted_merge`).
-    Computing only some output chunks checks only what those read.
+    No sort: the inputs' chunks become runs as they are, checked for order
+    as they are encoded, and the sort's co-rank splitters and merges do the
+    rest (see :mod:`gpusort.sorted_merge`).  The graph grows with the
+    number of chunks, not with its square.
 
     Examples
     --------
@@ -188,10 +168,6 @@ class _Merge:
             return multikey.pack(self.layout, self.descending, keys)
         return order.encode(keys, self.descending, "tied")
 
-    def tie_classes(self) -> np.ndarray:
-        """The order keys of float keys' two classes of equal keys with other bits: zeros and NaNs."""
-        return order.encode(np.array([0.0, np.nan], self.dtype), self.descending, "tied")
-
 
 def _merge_arrays(keys, values, options: SortOptions):
     """merge and merge_by_key: ``keys`` and ``values`` are ``(array, argument name)`` pairs, ``a``'s first."""
@@ -259,140 +235,94 @@ def _check_known_chunks(x: da.Array, name: str) -> None:
 
 
 def _graph(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None, chunk: int):
-    """The merge's tasks: samples, plan, windows and splits (when there are inner boundaries), then merges."""
-    lengths = [int(k.shape[0]) for k in keys]
-    ranks = corank.output_ranks(sum(lengths), chunk)
-    inner = ranks[1:-1]
-    g = corank.sample_stride(sum(lengths), 2, len(inner))
-    token = tokenize("gpusort.sorted_merge", spec, keys, values, chunk, g)
-    starts = [np.concatenate(([0], np.cumsum(k.chunks[0]))).tolist() for k in keys]
-    dsk: dict = {}
-    if len(inner):
-        samples, plan, windows = "samples-" + token, ("plan-" + token,), "windows-" + token
-        for s, k in enumerate(keys):
-            for c in range(k.numblocks[0]):
-                dsk[(samples, s, c)] = (_samples, spec, starts[s][c], g, (k.name, c))
-                dsk[(windows, s, c)] = (_windows, spec, s, starts[s][c], plan, (k.name, c))
-        per_side = [[[(layer, s, c) for c in range(k.numblocks[0])] for s, k in enumerate(keys)]
-                    for layer in (samples, windows)]
-        dsk[plan] = (_plan, g, lengths, inner, *per_side[0])
-        splits = ("splits-" + token,)
-        dsk[splits] = (_splits, ranks, lengths, plan, *per_side[1])
-    else:  # one output chunk: it takes everything
-        splits = corank.merge_path_splits(ranks, np.array([0, lengths[0]]), *lengths)
-    name = "merge-" + token
-    for j in range(len(ranks) - 1):
-        reads, inputs = [], []
-        for s, k in enumerate(keys):
-            # Merge Path's bound on the co-ranks of r_j and r_{j+1}, and one element before (the join's check).
-            low, high = max(ranks[j] - lengths[1 - s] - 1, 0), min(ranks[j + 1], lengths[s])
-            for c, size in enumerate(k.chunks[0]):
-                if size and starts[s][c] < high and starts[s][c] + size > low:
-                    reads.append((s, c, starts[s][c], int(size)))
-                    inputs += [(k.name, c)] + ([] if values is None else [(values[s].name, c)])
-        # The chunks' places go as one array, which Dask passes as it is: in
-        # nested lists it would look for keys in every number.
-        dsk[(name, j)] = (_merge, spec, splits, j, np.array(reads, dtype=np.int64).reshape(-1, 4), *inputs)
-    graph = HighLevelGraph.from_collections(name, dsk, dependencies=keys + (values or []))
-    chunks = (tuple(int(c) for c in np.diff(ranks)),)
-    if values is None:
-        return da.Array(graph, name, chunks, meta=_meta(keys[0])), None
-    fields = []
-    for field, (label, like) in enumerate((("merged", keys[0]), ("merged-values", values[0]))):
-        out = f"{label}-{token}"
-        layer = {(out, j): (operator.getitem, (name, j), field) for j in range(len(ranks) - 1)}
-        fields.append(da.Array(HighLevelGraph({**graph.layers, out: layer}, {**graph.dependencies, out: {name}}),
-                               out, chunks, meta=_meta(like)))
-    return tuple(fields)
+    """The merge's tasks: a run per group of consecutive chunks of one input, then the sort's phases 2-3.
 
-
-def _meta(x: da.Array) -> Any:
-    return meta_from_array(x._meta, ndim=1, dtype=x.dtype)
-
-
-def _samples(spec: _Merge, start: int, g: int, chunk: Any) -> np.ndarray:
-    """The order keys at this input's positions ``0, g, 2g, ...`` that fall in this chunk (from ``start``)."""
-    return np.ascontiguousarray(spec.okeys(every(chunk, g, -start % g)))
-
-
-def _plan(g: int, lengths: list[int], inner: np.ndarray, samples_a: list, samples_b: list):
-    return corank.plan_windows([np.concatenate(samples_a), np.concatenate(samples_b)], lengths, inner, g)
-
-
-def _windows(spec: _Merge, side: int, start: int, plan: tuple[np.ndarray, np.ndarray], chunk: Any) -> list:
-    """This chunk's part of every boundary's window on its input: order keys, one array per boundary."""
-    lo, hi = (np.clip(bound[:, side] - start, 0, len(chunk)) for bound in plan)
-    return [to_numpy(spec.okeys(chunk[a:b])) for a, b in zip(lo.tolist(), hi.tolist())]
-
-
-def _splits(ranks: np.ndarray, lengths: list[int], plan, windows_a: list, windows_b: list) -> np.ndarray:
-    """The exact co-rank of every output boundary, as two-way split vectors (rows ``0 … J``)."""
-    windows = [np.concatenate([part[j] for j in range(len(ranks) - 2) for part in side])
-               for side in (windows_a, windows_b)]
-    found = corank.split_vectors(lengths, ranks[1:-1], plan, windows)
-    return corank.merge_path_splits(ranks, found[:, 0], *lengths)
-
-
-def _merge(spec: _Merge, splits: np.ndarray, j: int, reads: np.ndarray, *inputs: Any) -> Any:
-    """Output chunk ``j``: its slices of both inputs, checked for order, merged and decoded.
-
-    ``reads`` has a row ``(side, chunk, offset, size)`` for every chunk of
-    ``inputs`` (each followed by its values' chunk, if any).
+    Every run is already sorted, so :func:`gpusort.graph.merge_sorted_runs`
+    merges them as it merges a sort's runs: ``a``'s runs come first, so its
+    strict order ``(key, run, position)`` keeps ``a``'s ties first, each
+    input's in its order.  Real keys take order keys of scheme ``"float"``,
+    which decode to their exact bits; complex keys merge as composite order
+    keys and carry themselves (and their values, as records).
     """
-    step = len(inputs) // len(reads) if len(reads) else 1  # 2: each chunk is followed by its values' chunk
-    sides: list[list] = [[], []]
-    for (s, c, offset, size), at in zip(reads.tolist(), range(0, len(inputs), step)):
-        sides[s].append((c, offset, size, inputs[at], inputs[at + 1] if step == 2 else None))
-    keys, values, okeys = [], [], []
-    for s, chunks in enumerate(sides):
-        start, stop = int(splits[j, s]), int(splits[j + 1, s])
-        first = max(start - 1, 0)  # the element before: its join with this slice is checked here
-        raw, vals, at = [], [], []
-        for c, offset, size, chunk, vchunk in chunks:
-            _check_length(spec.names[s], c, size, chunk)
-            a, b = max(first, offset) - offset, min(stop, offset + size) - offset
-            if a < b:
-                raw.append(chunk[a:b])
-                vals.append(None if vchunk is None else vchunk[a:b])
-                at.append(offset + a)
-        encoded = [spec.okeys(x) for x in raw]
-        _check_sorted(spec, s, raw, encoded, at)
-        if first < start:
-            raw[0], vals[0], encoded[0] = raw[0][1:], None if vals[0] is None else vals[0][1:], encoded[0][1:]
-        keys += raw
-        values += vals
-        okeys += encoded
-    backend = get_backend(spec.backend)
-    carried = values[0] is not None
-    if spec.dtype.kind == "c":  # composite keys do not decode: carry positions, gather keys and values
-        xp = namespace(keys[0])
-        starts = np.cumsum([0] + [len(k) for k in keys]).tolist()
-        _, positions = backend.merge_runs([(k, xp.arange(a, a + len(k), dtype=np.int64))
-                                           for k, a in zip(okeys, starts)])
-        # concatenate would make big-endian dtypes native: keep the declared ones
-        merged = xp.concatenate(keys, dtype=spec.dtype)[positions]
-        return (merged, xp.concatenate(values, dtype=values[0].dtype)[positions]) if carried else merged
-    merged, merged_values = backend.merge_runs(list(zip(okeys, values)))
-    merged = order.decode(merged, spec.dtype, spec.descending, "tied")
-    if spec.dtype.kind == "f":
-        _restore_ties(spec, backend, merged, okeys, keys)
-    return (merged, merged_values) if carried else merged
+    runs = _runs(spec, keys, values)
+    complex_keys = spec.dtype.kind == "c"
+    key_dtype = runs.okey_dtype if complex_keys else spec.dtype
+    merged, carried = graph.merge_sorted_runs(runs, key_dtype=key_dtype, descending=spec.descending and not
+                                              complex_keys, chunk=chunk, backend=spec.backend)
+    if not complex_keys:
+        return merged, carried
+    if values is None:
+        return carried, None
+    return multikey.fields(carried, [spec.dtype, values[0].dtype])
 
 
-def _restore_ties(spec: _Merge, backend: Any, merged: Any, okeys: list, keys: list) -> None:
-    """Write back the exact bits of the zeros and NaNs: each class's run, the pieces' in merge order."""
-    bits = np.dtype(f"u{spec.dtype.itemsize}")
-    xp = namespace(merged)
-    for tie in spec.tie_classes():
-        needle = np.array([tie])
-        lo = hi = 0
-        parts = []
-        for o, k in zip(okeys, keys):
-            left, right = (int(backend.searchsorted(o, needle, side)[0]) for side in ("left", "right"))
-            lo, hi = lo + left, hi + right
-            parts.append(k[left:right].view(bits))  # bits: concatenate would swap big-endian floats to native
-        if hi > lo:  # equal order keys: the merged run of the class is the pieces' runs, in order
-            merged.view(bits)[lo:hi] = xp.concatenate(parts)
+def _runs(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None) -> graph.Runs:
+    """Runs of consecutive chunks of each input (``a``'s first), each checked for order by the task that makes it.
+
+    Chunks are batched as the sort batches them (:func:`gpusort.graph.run_bytes`),
+    so tiny chunks cost a task in all, and every run also reads the last
+    chunk before it that holds a key, to check the join: together the runs
+    check every neighbouring pair of each input.  Each run task depends on
+    its chunks and one more, so the graph has ``O(p + q)`` run tasks and
+    dependencies for ``p`` and ``q`` input chunks.
+    """
+    layout = spec.layout
+    okey_bytes = spec.dtype.itemsize if layout is None else 8 * layout.words
+    carried = (spec.dtype.itemsize if layout is not None else 0) + (0 if values is None else values[0].dtype.itemsize)
+    element = okey_bytes + carried
+    total = sum(int(k.shape[0]) for k in keys)
+    target = graph.run_bytes(total * element, is_cupy(keys[0]._meta))
+    name = "runs-" + tokenize("gpusort.sorted_merge", spec, keys, values, target)
+    dsk: dict = {}
+    lengths: list[int] = []
+    for s, k in enumerate(keys):
+        sizes = [int(c) for c in k.chunks[0]]
+        starts = np.concatenate(([0], np.cumsum(sizes))).tolist()
+        held = [c for c, size in enumerate(sizes) if size]
+        for a, b in graph.task_groups(tuple(sizes), element, target):
+            before = [c for c in held if c < a][-1:]  # the last chunk before the run that holds a key
+            inputs = [(k.name, c) for c in before + list(range(a, b))]
+            if values is not None:
+                inputs += [(values[s].name, c) for c in range(a, b)]
+            dsk[(name, len(lengths))] = (_run, spec, s, a, sizes[a:b], starts[a], bool(before), *inputs)
+            lengths.append(starts[b] - starts[a])
+    if layout is not None:
+        okey_dtype = layout.dtype
+        value_dtype = spec.dtype if values is None else np.dtype(np.uint8)
+    else:
+        okey_dtype = order.order_dtype(spec.dtype, "float")
+        value_dtype = None if values is None else values[0].dtype
+    deps = keys + (values or [])
+    meta = keys[0]._meta.real if layout is not None else keys[0]._meta  # the array type: cast quietly
+    return graph.Runs(HighLevelGraph.from_collections(name, dsk, dependencies=deps), name, tuple(lengths),
+                      okey_dtype, value_dtype, meta, element, "float")
+
+
+def _run(spec: _Merge, side: int, first: int, sizes: list[int], start: int, joined: bool, *chunks: Any) -> Pair:
+    """Consecutive chunks ``first, first + 1, …`` of input ``side`` (from position ``start``) as one run.
+
+    ``chunks`` are the chunk before (when ``joined``), the run's key chunks,
+    then their values' chunks, if any.  Each chunk's length is checked, and
+    the order of every key, the join with the chunk before included; the
+    run is its order keys and what they carry (:func:`_runs`).
+    """
+    before = chunks[0][-1:] if joined else None
+    parts = chunks[int(joined):int(joined) + len(sizes)]
+    for c, (size, chunk) in enumerate(zip(sizes, parts)):
+        _check_length(spec.names[side], first + c, size, chunk)
+    keys = concatenate(parts, spec.dtype)
+    okeys = spec.okeys(keys)
+    pieces, encoded, at = [keys], [okeys], [start]
+    if before is not None:
+        pieces, encoded, at = [before, keys], [spec.okeys(before), okeys], [start - 1, start]
+    _check_sorted(spec, side, pieces, encoded, at)
+    vparts = chunks[int(joined) + len(sizes):]
+    values = concatenate(vparts, vparts[0].dtype) if vparts else None
+    if spec.dtype.kind == "c":  # composite keys do not decode: the keys travel as values, with theirs
+        return okeys, keys if values is None else multikey.record_rows(keys, values)
+    if spec.dtype.kind == "f":  # "tied" keys checked the order; "float" keys keep every bit through the merge
+        okeys = order.encode(keys, spec.descending, "float")
+    return okeys, values
 
 
 def _check_length(name: str, c: int, size: int, chunk: Any) -> None:

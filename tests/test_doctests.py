@@ -25,7 +25,7 @@ MODULES = [
     "gpusort.chunks", "gpusort.composite", "gpusort.corank", "gpusort.dataframe", "gpusort.graph", "gpusort.hostpool",
     "gpusort.cuda.build", "gpusort.cuda.tuning", "gpusort.order", "gpusort.warmup",
     "gpusort.runtime.clusters", "gpusort.runtime.options", "gpusort.runtime.record",
-    "gpusort.sorted_merge", "gpusort.verification", "gpusort.zarr_io", "harness",
+    "gpusort.sorted_merge", "gpusort.text", "gpusort.verification", "gpusort.zarr_io", "harness",
 ]
 
 

@@ -138,22 +138,30 @@ def test_hundreds_of_chunks_and_a_graph_of_their_size():
     got = gpusort.merge(da_a, da_b, chunks=211)
     layers = got.__dask_graph__().layers
     own = sum(len(layer) for name, layer in layers.items() if name not in (da_a.name, da_b.name))
-    # Samples and windows per input chunk, one plan and one splits task, a merge per output chunk.
-    assert own <= 2 * (da_a.numblocks[0] + da_b.numblocks[0]) + 2 + len(got.chunks[0])
+    # A run per input (the chunks are small), a sample per run, one splits task, merges and output chunks.
+    assert own <= 2 + 2 + 1 + 2 * len(got.chunks[0])
     np.testing.assert_array_equal(got.compute(), np.sort(np.concatenate([a, b]), kind="stable"))
 
 
-def test_a_small_b_makes_each_merge_read_few_chunks_of_a():
-    """Merge Path bounds a merge's co-ranks to [r - len(b), r]: with a short b each reads a chunk or two of a."""
-    a = np.arange(0, 100_000, 2)
-    b = np.array([7, 7, 40_001, 99_999])
-    da_a = da.from_array(a, chunks=1000)
-    got = gpusort.merge(da_a, da.from_array(b, chunks=2), chunks=1000)
-    graph = dict(got.__dask_graph__())
-    for key in got.__dask_keys__():
-        read = [arg for arg in graph[key][5:] if arg[0] == da_a.name]  # the chunks of a this merge may read
-        assert 1 <= len(read) <= 3, (key, len(read))
-    np.testing.assert_array_equal(got.compute(), np.sort(np.concatenate([a, b]), kind="stable"))
+def graph_size(x: da.Array) -> tuple[int, int]:
+    """Tasks and dependencies of ``x``'s graph, inputs included."""
+    dsk = dict(x.__dask_graph__())
+    return len(dsk), sum(len(dask.core.get_dependencies(dsk, k)) for k in dsk)
+
+
+@pytest.mark.parametrize("small_first", [True, False])
+def test_tasks_and_dependencies_grow_linearly_with_the_chunks(small_first):
+    """O(P + J), as the sort: no task depends on every sample, no merge on every chunk its co-ranks may reach."""
+    sizes = {}
+    for p in (250, 500, 1000, 2000):
+        small = da.from_array(np.arange(p), chunks=1)
+        big = da.from_array(np.arange(50_000), chunks=5_000)
+        got = gpusort.merge(*((small, big) if small_first else (big, small)))
+        tasks, deps = sizes[p] = graph_size(got)
+        assert tasks <= 3 * (p + 10) + 20 and deps <= 3 * (p + 10) + 20, (p, tasks, deps)
+    for p in (250, 500, 1000):  # doubling the chunks at most doubles the graph
+        assert sizes[2 * p][1] <= 2 * sizes[p][1] + 10, sizes
+    np.testing.assert_array_equal(got.compute(), np.sort(np.concatenate([np.arange(2000), np.arange(50_000)])))
 
 
 @pytest.mark.parametrize("descending", [False, True])
@@ -183,6 +191,20 @@ def test_unsorted_float_and_complex_keys_are_named():
         k.compute()
     with pytest.raises(ValueError, match=r"a is not sorted .*a\[1\] = \(1\+0j\) comes after a\[0\] = \(1\+1j\)"):
         gpusort.merge(np.array([1 + 1j, 1 + 0j]), np.array([0j])).compute()
+
+
+@pytest.mark.parametrize("chunks", [1, 2])
+@pytest.mark.parametrize("swap", [False, True])
+def test_unsorted_complex_rows_of_nans_get_the_not_sorted_error(chunks, swap):
+    """Issue 48: co-ranks found over unsorted rows once failed in corank (negative repeats) before any check."""
+    a = np.full(3, complex(np.nan, -2))
+    b = np.array([complex(np.nan, np.nan), complex(np.nan, 2)])  # descending wants nan+2j first
+    first, second = (b, a) if swap else (a, b)
+    name = "a" if swap else "b"
+    got = gpusort.merge(da.from_array(first, chunks=chunks), da.from_array(second, chunks=chunks), descending=True)
+    with pytest.raises(ValueError, match=rf"^{name} is not sorted \(descending, NaN last\): {name}\[1\] = "
+                                         rf"\(nan\+2j\) comes after {name}\[0\] = \(nan\+nanj\)"):
+        got.compute()
 
 
 def test_building_the_graph_computes_nothing():

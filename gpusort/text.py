@@ -1,0 +1,130 @@
+"""Text as fixed-width bytes: how strings travel through a sort as records, and sort as composite keys.
+
+A column of strings (pandas' ``str``/``string`` dtypes, or objects that are
+all ``str`` or missing) becomes, per row, its UTF-8 bytes padded with zeros
+to the column's longest (``width``) and its length in bytes, ``-1`` where
+it is missing: a fixed-width record that moves as bytes like any other
+field and becomes the same strings again (:func:`strings`).
+
+Order keys: UTF-8 preserves code-point order byte by byte, so Python's
+order of strings (pandas' for ``object`` and Arrow's for ``string``) is the
+order of the padded bytes, read as big-endian 64-bit words, most
+significant first -- with the length after them, which puts ``"a"`` before
+``"a\\x00"`` where the padding ties them (:func:`key_columns`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+WORD_BYTES = 8
+
+
+def is_text(dtype: Any) -> bool:
+    """Whether a pandas dtype holds text: a string dtype, or ``object`` (taken to hold ``str``)."""
+    return isinstance(dtype, pd.StringDtype) or (isinstance(dtype, np.dtype) and dtype.kind == "O")
+
+
+def storage(width: int) -> np.dtype:
+    """The record of one string of at most ``width`` UTF-8 bytes: its length (``-1``: missing), its bytes."""
+    return np.dtype([("n", "<i4"), ("b", "u1", (max(width, 1),))])
+
+
+def _arrow(values: Any, label: Any) -> Any:
+    import pyarrow as pa
+
+    try:
+        arr = pa.array(values, type=pa.large_string(), from_pandas=True)
+        return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr  # Arrow-backed pandas strings
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise TypeError(f"column {label!r} has dtype object but holds something other than str or a missing "
+                        f"value ({exc}); sort_values moves object columns of strings only: convert it first "
+                        "(e.g. astype(str), or to a numeric dtype)") from exc
+
+
+def longest(values: Any, label: Any) -> int:
+    """The most UTF-8 bytes of one string of ``values`` (0 when there is none)."""
+    import pyarrow.compute as pc
+
+    longest = pc.max(pc.binary_length(_arrow(values, label))).as_py()
+    return int(longest or 0)
+
+
+def records(values: Any, width: int, label: Any) -> np.ndarray:
+    """``values`` as records of :func:`storage` (``width``): the bytes scattered into rows, vectorized.
+
+    Examples
+    --------
+    >>> recs = records(pd.Series(["b", None, "a\\x00"], dtype=object), 2, "s")
+    >>> recs["n"].tolist(), recs["b"].tolist()
+    ([1, -1, 2], [[98, 0], [0, 0], [97, 0]])
+    >>> strings(recs, pd.StringDtype("pyarrow")).tolist()
+    ['b', <NA>, 'a\\x00']
+    """
+    arr = _arrow(values, label)
+    n = len(arr)
+    _, offsets, data = arr.buffers()
+    offsets = np.frombuffer(offsets, np.int64)[arr.offset:arr.offset + n + 1]
+    data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    lengths = np.diff(offsets)
+    if n and lengths.max() > width:
+        raise ValueError(f"column {label!r} holds a string of {int(lengths.max())} bytes, but it measured "
+                         f"{width} bytes when the sort was built: was the frame changed in between?")
+    out = np.zeros(n, storage(width))
+    rows = np.repeat(np.arange(n), lengths)
+    at = np.arange(len(rows)) - np.repeat(offsets[:-1] - offsets[0], lengths)
+    out["b"][rows, at] = data[offsets[0]:offsets[-1]]
+    out["n"] = np.where(arr.is_null().to_numpy(zero_copy_only=False), -1, lengths)
+    return out
+
+
+def strings(recs: np.ndarray, dtype: Any) -> Any:
+    """The strings that :func:`records` made ``recs`` of, as a pandas array of ``dtype``, or an object Index."""
+    import pyarrow as pa
+
+    lengths = recs["n"].astype(np.int64)
+    missing = lengths < 0
+    lengths[missing] = 0
+    width = recs["b"].shape[1]
+    data = recs["b"][np.arange(width) < lengths[:, None]]  # row by row: each string's bytes, in order
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    valid = pa.py_buffer(np.packbits(~missing, bitorder="little"))
+    arr = pa.LargeStringArray.from_buffers(len(recs), pa.py_buffer(offsets), pa.py_buffer(data), valid,
+                                           int(missing.sum()))
+    if isinstance(dtype, pd.StringDtype):
+        return dtype.__from_arrow__(arr.cast(pa.large_string()))
+    # An Index of dtype object: a frame (or an index) made of a NumPy array of str infers pandas' str dtype.
+    return pd.Index(arr.to_numpy(zero_copy_only=False), dtype=object)
+
+
+def key_widths(width: int) -> list[int]:
+    """Bit widths of :func:`key_columns`: a word per 8 bytes, then the length."""
+    return [64] * -(-max(width, 1) // WORD_BYTES) + [max(1, int(width).bit_length())]
+
+
+def key_columns(recs: np.ndarray, descending: bool) -> list[np.ndarray]:
+    """Order-key columns of string records, in Python's order (or its reverse); missing strings tie as empty.
+
+    Where the strings go that are missing is the caller's column to add.
+
+    Examples
+    --------
+    >>> recs = records(pd.Series(["b", "a\\x00", "a"], dtype=object), 2, "s")
+    >>> np.lexsort(key_columns(recs, False)[::-1]).tolist()  # the last column is the least significant
+    [2, 1, 0]
+    """
+    b = recs["b"]
+    n, width = b.shape
+    words = -(-width // WORD_BYTES)
+    padded = np.zeros((n, words * WORD_BYTES), np.uint8)
+    padded[:, :width] = b
+    big = padded.view(">u8").astype(np.uint64)  # most significant byte first: the bytes' order as integers
+    lengths = np.maximum(recs["n"], 0).astype(np.uint64)
+    columns = [big[:, w] for w in range(words)] + [lengths]
+    if descending:
+        top = np.uint64((1 << key_widths(width)[-1]) - 1)
+        columns = [~c for c in columns[:-1]] + [top - lengths]
+    return columns
