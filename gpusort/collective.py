@@ -77,7 +77,7 @@ class Plan:
         held = list(self.owned[rank])
         if not held:
             return []
-        return [held] if self.merge_all else consecutive(held)
+        return [held] if self.merge_all else exchange.consecutive(held)
 
     def table(self) -> list[tuple[int, int, int]]:
         """Every run as ``(label, rank, index among its rank's runs)``, in run order (label = first chunk)."""
@@ -85,23 +85,6 @@ class Plan:
 
     def length(self, run: Sequence[int]) -> int:
         return sum(self.declared[k][1] for k in run)
-
-
-def consecutive(ids: Sequence[int]) -> list[list[int]]:
-    """Ascending ids cut into ranges of consecutive ids.
-
-    Examples
-    --------
-    >>> consecutive([0, 1, 3, 4, 5, 9])
-    [[0, 1], [3, 4, 5], [9]]
-    """
-    groups: list[list[int]] = []
-    for k in ids:
-        if groups and groups[-1][-1] == k - 1:
-            groups[-1].append(k)
-        else:
-            groups.append([k])
-    return groups
 
 
 # --- the graph ----------------------------------------------------------------------------------
