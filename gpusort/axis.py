@@ -259,7 +259,9 @@ def _block_row(token, row_index, key_blocks, keys, layout, nrows, axis_chunks, s
 
 
 def _meta(like: Any, dtype: np.dtype, ndim: int | None = None) -> Any:
-    return meta_from_array(like, ndim=like.ndim if ndim is None else ndim, dtype=dtype)
+    # Made anew in ``dtype``: Dask's cast of complex keys' meta to int64 positions warns (ComplexWarning).
+    meta = meta_from_array(like, ndim=like.ndim if ndim is None else ndim)
+    return namespace(meta).empty(meta.shape, dtype=dtype)
 
 
 def _pack_rows(layout: composite.Layout, descending: bool, decodable: bool, *blocks: Any) -> Any:
