@@ -275,6 +275,14 @@ def test_bench_runs_the_file_with_its_arguments(capfd):
     assert "Plot benchmark results" in capfd.readouterr().out
 
 
+def test_bench_plot_without_matplotlib_names_the_extra_in_one_line(tmp_path, not_installed):
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(not_installed("matplotlib")), str(ROOT)])}
+    done = subprocess.run([sys.executable, "-m", "gpusort", "bench", "plot", str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "plot.py: error: plotting needs matplotlib: pip install 'gpusort[bench]'\n"
+
+
 def test_console_script_entry_point():
     out = subprocess.run([sys.executable, "-c", "import sys; from gpusort.cli import main; sys.exit(main())",
                           "--version"], capture_output=True, text=True, check=False)
