@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -96,6 +97,16 @@ def test_sort_on_a_local_cluster_prints_the_dashboard(keys, capsys):
     code, out, err = run(capsys, "sort", "keys.zarr", "sorted.zarr", "--cluster", "local")
     assert code == 0 and "dask dashboard: http" in err and "Mkeys/s" in out
     np.testing.assert_array_equal(zarr.open_array("sorted.zarr")[:], np.sort(keys))
+
+
+def test_sort_and_verify_on_a_local_cluster_log_nothing(keys, tmp_path):
+    """Dask logs no WARNING or ERROR line for a sort and its check that succeed: P2P's start and end, say."""
+    local = ["--cluster", "local", "--workers", "2", "--threads", "1", "--quiet"]
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    for argv in (["sort", "keys.zarr", "sorted.zarr"], ["verify", "keys.zarr", "sorted.zarr"]):
+        done = subprocess.run([sys.executable, "-m", "gpusort", *argv, *local], capture_output=True, text=True,
+                              env=env, cwd=tmp_path, timeout=300)
+        assert done.returncode == 0 and not re.search(r" - (WARNING|ERROR) - ", done.stderr), done.stderr
 
 
 @pytest.mark.parametrize("argv, message", [
