@@ -142,7 +142,7 @@ def wait_quiet(cluster: LocalCluster, timeout: float = 30) -> None:
 
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
         yield cluster
 
 
@@ -439,7 +439,7 @@ def test_worker_killed_on_local_cuda_cluster(tmp_path, layer, index):
     gpus = 1 if layer in ("runs", "splits", "merge") else cupy.cuda.runtime.getDeviceCount()
     if gpus < 2 and layer not in ("runs", "splits", "merge"):
         pytest.skip("the exchange runs between two or more GPU workers")
-    with dask_cuda.LocalCUDACluster(n_workers=gpus, dashboard_address=None) as cluster, Client(cluster) as client:
+    with dask_cuda.LocalCUDACluster(n_workers=gpus, dashboard_address=":0") as cluster, Client(cluster) as client:
         client.register_plugin(Sabotage(str(tmp_path)), name="sabotage")
         n = 2_000_000
         x = skewed(12, n)

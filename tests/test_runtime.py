@@ -230,7 +230,7 @@ def test_warm_links_sends_between_every_ordered_pair_of_workers(monkeypatch):
     from gpusort import warmup
 
     monkeypatch.setattr(warmup, "_gpu_buffer", lambda nbytes: np.zeros(nbytes, np.uint8))
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         warmup.warm_links(client, 1000)
         received = {w.address: sorted(e["who"] for e in w.transfer_incoming_log) for w in cluster.workers.values()}
@@ -247,7 +247,7 @@ def test_wait_for_kernels_returns_once_every_worker_has_loaded(monkeypatch):
 
     loading = threading.Event()
     monkeypatch.setattr(warmup, "warm", lambda sorts: (loading.set(), time.sleep(0.5)))
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         client.register_plugin(warmup.WarmKernels())
         loading.wait(10)
