@@ -25,7 +25,15 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-import matplotlib
+try:
+    import matplotlib
+except ModuleNotFoundError as exc:
+    if __name__ != "__main__" or exc.name != "matplotlib":
+        raise
+    # `gpusort bench plot` after a plain install: the fix in one line, not a traceback.
+    print(f"{Path(sys.argv[0]).name}: error: plotting needs matplotlib: pip install 'gpusort[bench]'",
+          file=sys.stderr)
+    raise SystemExit(2) from None
 
 matplotlib.use("Agg")  # files only: no display needed
 import matplotlib.pyplot as plt

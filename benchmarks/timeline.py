@@ -95,7 +95,7 @@ def kernel_seconds(*chunks) -> dict[str, float]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--n", default="2**30", help="keys (default: %(default)s)")
-    p.add_argument("--chunks", type=int, default=32, help="CuPy chunks (default: %(default)s)")
+    p.add_argument("--chunks", type=int, default=32, help="number of CuPy chunks (default: %(default)s)")
     p.add_argument("--gpus", type=int, default=1, help="GPU workers (default: %(default)s)")
     p.add_argument("--repeat", type=int, default=5, help="repetitions, the first in fresh workers (default: %(default)s)")
     p.add_argument("--protocol", default="ucx", help="tcp or ucx (default: %(default)s)")

@@ -12,7 +12,7 @@ import numpy as np
 from dask.array.utils import meta_from_array
 
 from gpusort import graph, multikey, order
-from gpusort.arrays import is_cupy, to_numpy
+from gpusort.arrays import is_cupy, namespace, to_numpy
 from gpusort.backends import BACKENDS, BackendSpec, backend_for, backend_spec
 from gpusort.budget import parse_budget
 
@@ -543,7 +543,8 @@ def _check_no_chunks(chunks: Any, axis: int, ndim: int, argname: str) -> None:
 
 
 def _empty_result(block: Any, positions: bool) -> Any:
-    return block.astype(np.int64) if positions else block.copy()
+    # Not a cast: complex keys cast to positions would warn that they lose their imaginary part.
+    return namespace(block).empty(block.shape, dtype=np.int64) if positions else block.copy()
 
 
 def _aligned(arrays: list[da.Array]) -> list[da.Array]:

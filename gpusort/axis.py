@@ -43,7 +43,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from gpusort import composite, graph, multikey, order
-from gpusort.arrays import is_cupy, namespace, to_numpy
+from gpusort.arrays import is_cupy, namespace
 from gpusort.backends import backend_for, get_backend
 
 #: Rows up to this many input blocks long are gathered whole, even past a task's bytes.
@@ -160,15 +160,16 @@ def _cut_rows(shape: tuple, a: int, b: int, *groups: Any) -> Any:
 def sort_rows(descending: bool, positions: bool, backend: Any, *blocks: Any) -> Any:
     """Every row (last axis) of aligned key blocks sorted: the keys, or int64 positions along the row.
 
-    Host blocks on the CuPy backend sort on the GPU and come back to the host
-    (datetime64 and timedelta64 keys, which CuPy lacks, sort on the host).
+    Host blocks on the CuPy backend (a name or a :class:`gpusort.backends.BackendSpec`)
+    sort on the GPU in batches of rows within its memory budget and come back
+    to the host (datetime64 and timedelta64 keys, which CuPy lacks, sort on
+    the host); other blocks sort where they are.
     """
-    on_host = isinstance(blocks[0], np.ndarray)
     name = getattr(backend, "name", backend)
-    if name == "cupy" and not any(b.dtype.kind in "mM" for b in blocks):  # CuPy has no datetime64
-        blocks = get_backend("cupy").upload(blocks)
-    out = _sort_rows(get_backend(backend_for(blocks[0])), descending, positions, blocks)
-    return to_numpy(out) if on_host else out
+    if name == "cupy" and isinstance(blocks[0], np.ndarray) and not any(b.dtype.kind in "mM" for b in blocks):
+        return get_backend(backend).sort_host_rows(
+            blocks, lambda gpu, rows: _sort_rows(gpu, descending, positions, rows))
+    return _sort_rows(get_backend(backend_for(blocks[0])), descending, positions, blocks)
 
 
 def _sort_rows(backend, descending, positions, blocks):
@@ -259,7 +260,9 @@ def _block_row(token, row_index, key_blocks, keys, layout, nrows, axis_chunks, s
 
 
 def _meta(like: Any, dtype: np.dtype, ndim: int | None = None) -> Any:
-    return meta_from_array(like, ndim=like.ndim if ndim is None else ndim, dtype=dtype)
+    # Made anew in ``dtype``: Dask's cast of complex keys' meta to int64 positions warns (ComplexWarning).
+    meta = meta_from_array(like, ndim=like.ndim if ndim is None else ndim)
+    return namespace(meta).empty(meta.shape, dtype=dtype)
 
 
 def _pack_rows(layout: composite.Layout, descending: bool, decodable: bool, *blocks: Any) -> Any:

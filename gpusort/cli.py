@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import difflib
 import os
 import subprocess
 import sys
@@ -46,7 +47,7 @@ example (2^22 random int64 keys, sorted and checked on a local cluster):
     "sort": f"""\
 examples:
   {_MAKE_KEYS}
-  gpusort sort keys.zarr sorted.zarr --chunks 1048576 --argsort-dst order.zarr
+  gpusort sort keys.zarr sorted.zarr --chunk-size 1048576 --argsort-dst order.zarr
   gpusort sort keys.zarr sorted-desc.zarr --descending --cluster threads --quiet
   gpusort sort keys.zarr sorted.zarr --overwrite --cluster cuda --backend cupy --gpu-memory-budget 8GiB""",
     "verify": f"""\
@@ -145,7 +146,7 @@ def _discard_stdout() -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``gpusort`` and its subcommands."""
-    # allow_abbrev=False: argparse would take --chunk for --chunks, and any prefix of a
+    # allow_abbrev=False: argparse would take --chunk for --chunk-size, and any prefix of a
     # future option for today's, silently.
     parser = argparse.ArgumentParser(
         prog="gpusort", allow_abbrev=False,
@@ -154,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"gpusort {runtime.version('gpusort')}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Command)
 
     on_dask = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # options of the commands that compute
     runtime.add_options(on_dask)
@@ -168,8 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
     sort = command("sort", "Sort the 1-D Zarr array SRC into a new Zarr array DST.", computes=True)
     sort.add_argument("src", metavar="SRC", help="the keys: path of a 1-D Zarr array (format 3 or 2)")
     sort.add_argument("dst", metavar="DST", help="path of the sorted Zarr array to create")
-    sort.add_argument("--chunks", type=runtime.count, metavar="N",
+    sort.add_argument("--chunk-size", type=runtime.count, metavar="N",
                       help="output chunk length in elements (default: as many chunks as SRC)")
+    sort.add_argument("--chunks", action=_Refused, help=argparse.SUPPRESS,  # --chunk-size's old name
+                      why="the output chunk length is --chunk-size N; --chunks, a number of chunks in the "
+                          "workflows and benchmarks, is not an option here")
     sort.add_argument("--descending", action="store_true", help="largest first (NaN still last)")
     sort.add_argument(
         "--gpu-memory-budget", type=runtime.size, metavar="SIZE",
@@ -211,6 +215,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Command(argparse.ArgumentParser):
+    """A subcommand's parser: an argument it does not know is its own error.
+
+    argparse hands a subcommand's unknown arguments back to the ``gpusort``
+    parser, whose error shows the top-level usage line and no hint.  Here the
+    subcommand's usage line shows, with the option nearest to the first one
+    unknown (``--chunk``: did you mean ``--chunk-size``?).
+    """
+
+    def parse_known_args(self, args: Sequence[str] | None = None,
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{_nearest_option(self, extras)}")
+        return namespace, extras
+
+
+def _nearest_option(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
+    """``"; did you mean --x?"`` for the first of ``extras`` that looks like a mistyped option of ``parser``."""
+    shown = [o for a in parser._actions if a.help != argparse.SUPPRESS for o in a.option_strings]
+    for word in extras:
+        if word.startswith("--"):
+            near = difflib.get_close_matches(word.partition("=")[0], shown, n=1)
+            if near:
+                return f"; did you mean {near[0]}?"
+    return ""
+
+
+class _Refused(argparse.Action):
+    """An option that is refused with ``why``: a name that meant something else once, say."""
+
+    def __init__(self, option_strings: list[str], dest: str, why: str, **kwargs: Any):
+        super().__init__(option_strings, dest, **kwargs)
+        self.why = why
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        raise argparse.ArgumentError(self, self.why)
+
+
 def _directory(text: str) -> Path:
     if not Path(text).is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is not a directory; create it first")
@@ -225,7 +269,7 @@ def _run_sort(args: argparse.Namespace) -> int:
 
     _checked(runtime.resolve, args.cluster)  # a misspelt --cluster fails before any work
     backend = args.backend or runtime.default_backend()
-    kwargs = {"chunks": args.chunks, "descending": args.descending, "backend": backend,
+    kwargs = {"chunks": args.chunk_size, "descending": args.descending, "backend": backend,
               "argsort_dst": args.argsort_dst, "overwrite": args.overwrite,
               "gpu_memory_budget": args.gpu_memory_budget, "temp_dir": args.temp_dir, "runs": args.runs}
     x, *_ = _checked(_prepare, args.src, args.dst, **kwargs)  # fail before a cluster starts

@@ -403,8 +403,7 @@ class SortRun(ShuffleRun[int, Any]):
                 # A worker keeps its arrays in files: every owner merges an output partition at a time.
                 self._fine = True
                 self.rows = {r: i for i, r in enumerate(sorted(set(spec.edges)))}
-            everyone = sorted((label, length, sample, last) for arrays, header in described
-                              for label, length, sample, last in zip(header[3], header[4], arrays, header[6]))
+            everyone = _every_run(described)
             if not merge_all or not order.ties_differ(set().union(*(h[5] for _, h in described)),
                                                       spec.key_dtype, spec.descending):
                 break
@@ -652,6 +651,18 @@ class SortRun(ShuffleRun[int, Any]):
 
     def deserialize(self, buffer: Any) -> Any:  # pragma: no cover - see read
         return buffer
+
+
+def _every_run(described: list[tuple]) -> list[tuple]:
+    """Every owner's runs ``(label, length, samples, last key)`` from round 1's messages, in label order.
+
+    Each owner must number the runs alike, whatever order the messages came
+    in; the sender breaks a tie of label and length.  Only these fields are
+    compared: the samples are arrays, which have no truth value to order by.
+    """
+    keyed = [((label, length, header[2]), (label, length, sample, last)) for arrays, header in described
+             for label, length, sample, last in zip(header[3], header[4], arrays, header[6])]
+    return [run for _, run in sorted(keyed, key=lambda pair: pair[0])]
 
 
 def _follow(runs: list[tuple]) -> bool:

@@ -41,6 +41,25 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def not_installed(tmp_path):
+    """``not_installed(*modules)``: a folder that, first on ``PYTHONPATH``, makes each top-level module unimportable.
+
+    A subprocess (and its own subprocesses) with it then fails to import them
+    just as where their package is not installed: ``ModuleNotFoundError``
+    naming the module.
+    """
+    def folder(*modules: str):
+        where = tmp_path / "not-installed"
+        for name in modules:
+            (where / name).mkdir(parents=True, exist_ok=True)
+            (where / name / "__init__.py").write_text(
+                f"raise ModuleNotFoundError(\"No module named '{name}'\", name={name!r})\n")
+        return where
+
+    return folder
+
+
+@pytest.fixture
 def rng(request):
     """A generator seeded by the test's name: each test its own data, the same on every run."""
     return np.random.default_rng(zlib.crc32(request.node.name.encode()))

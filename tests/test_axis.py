@@ -277,6 +277,50 @@ def test_numpy_input_in_any_layout_is_wrapped_and_left_untouched(layout):
     assert x.tobytes() == before
 
 
+@pytest.mark.parametrize("graph_shape", ["within", "gather"])
+def test_host_rows_go_to_the_cupy_backend_of_the_budget(monkeypatch, graph_shape):
+    """Host chunks with backend="cupy": every row sort runs on the backend that carries gpu_memory_budget.
+
+    A stand-in for the CuPy backend sorts on the host, so this runs without a GPU.
+    """
+    from gpusort import axis
+    from gpusort.backends import BackendSpec, get_backend
+
+    asked = []
+
+    class Budgeted:
+        def sort_host_rows(self, blocks, sort):
+            return sort(get_backend("numpy"), blocks)
+
+    def backend_of(spec):
+        asked.append(spec)
+        return Budgeted() if getattr(spec, "name", spec) == "cupy" else get_backend(spec)
+
+    monkeypatch.setattr(axis, "get_backend", backend_of)
+    x = np.random.default_rng(0).integers(0, 5, (6, 40))
+    keys = da.from_array(x, chunks=(3, 40 if graph_shape == "within" else 10))
+    spec = BackendSpec("cupy", 2**26)  # what gpusort.sort(..., backend="cupy", gpu_memory_budget=2**26) passes
+    got = [axis.sort_along([keys], 1, descending=True, positions=positions, backend=spec).compute(scheduler="threads")
+           for positions in (False, True)]
+    np.testing.assert_array_equal(got[0], -np.sort(-x, axis=1))
+    np.testing.assert_array_equal(got[1], ref_argsort_along(x, 1, descending=True))
+    assert asked and set(asked) == {spec}
+
+
+@pytest.mark.gpu
+def test_host_rows_keep_within_the_gpu_memory_budget():
+    """Rows of host chunks larger than the budget sort in batches of rows, each within the budget."""
+    from gpusort.backends import cupy as gpu_backend
+
+    x = np.random.default_rng(1).integers(-(2**40), 2**40, (64, 2**16))  # 32 MiB of int64
+    gpu_backend.memory_stats(reset=True)
+    got = gpusort.sort(da.from_array(x, chunks=(64, 2**16)), axis=1, backend="cupy",
+                       gpu_memory_budget=16 * 2**20).compute(scheduler="threads")
+    np.testing.assert_array_equal(got, np.sort(x, axis=1))
+    stats = gpu_backend.memory_stats()
+    assert stats["budget_bytes"] == 16 * 2**20 and 0 < stats["peak_bytes"] <= stats["budget_bytes"]
+
+
 @pytest.mark.gpu
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nd_cases(), st.sampled_from(GPU_PLACES), TASK_BYTES)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -34,9 +35,9 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_parsing_sizes_counts_and_defaults():
-    args = build_parser().parse_args(["sort", "a.zarr", "b.zarr", "--chunks", "1_048_576",
+    args = build_parser().parse_args(["sort", "a.zarr", "b.zarr", "--chunk-size", "1_048_576",
                                       "--gpu-memory-budget", "4GiB", "--descending"])
-    assert (args.src, args.dst, args.chunks, args.gpu_memory_budget) == ("a.zarr", "b.zarr", 2**20, 4 * 2**30)
+    assert (args.src, args.dst, args.chunk_size, args.gpu_memory_budget) == ("a.zarr", "b.zarr", 2**20, 4 * 2**30)
     assert args.descending and not args.overwrite and args.cluster == "auto" and args.backend is None
     assert build_parser().parse_args(["sort", "a", "b", "--gpu-memory-budget", "512MB"]).gpu_memory_budget == 512e6
     args = build_parser().parse_args(["bench", "e2e", "--n", "100", "--out", "x"])
@@ -46,8 +47,10 @@ def test_parsing_sizes_counts_and_defaults():
 @pytest.mark.parametrize("argv, message", [
     (["sort", "a", "b", "--gpu-memory-budget", "4XB"], "'4XB' is not a size; write e.g. 8GiB"),
     (["sort", "a", "b", "--gpu-memory-budget", "0"], "the size must be positive"),
-    (["sort", "a", "b", "--chunks", "0"], "--chunks: '0': must be at least 1"),
-    (["sort", "a", "b", "--chunks", "many"], "'many' is not a whole number"),
+    (["sort", "a", "b", "--chunk-size", "0"], "--chunk-size: '0': must be at least 1"),
+    (["sort", "a", "b", "--chunk-size", "many"], "'many' is not a whole number"),
+    # What --chunk-size is now was --chunks, which counts chunks everywhere else.
+    (["sort", "a", "b", "--chunks", "1000"], "argument --chunks: the output chunk length is --chunk-size N"),
     (["sort", "a", "b", "--backend", "tpu"], "invalid choice: 'tpu'"),
     (["sort", "a"], "the following arguments are required: DST"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
@@ -78,7 +81,7 @@ def test_the_help_example_runs(tmp_path, monkeypatch, capsys):
 
 def test_sort_then_verify(keys, capsys):
     code, out, _ = run(capsys, "sort", "keys.zarr", "sorted.zarr", "--argsort-dst", "order.zarr",
-                         "--chunks", "3000", "--descending", "--cluster", "threads", "--backend", "numpy")
+                         "--chunk-size", "3000", "--descending", "--cluster", "threads", "--backend", "numpy")
     assert code == 0 and "sorted 10000 int64 keys (numpy backend) from keys.zarr into sorted.zarr" in out
     order = np.argsort(-keys, kind="stable")
     np.testing.assert_array_equal(zarr.open_array("sorted.zarr")[:], keys[order])
@@ -94,6 +97,16 @@ def test_sort_on_a_local_cluster_prints_the_dashboard(keys, capsys):
     code, out, err = run(capsys, "sort", "keys.zarr", "sorted.zarr", "--cluster", "local")
     assert code == 0 and "dask dashboard: http" in err and "Mkeys/s" in out
     np.testing.assert_array_equal(zarr.open_array("sorted.zarr")[:], np.sort(keys))
+
+
+def test_sort_and_verify_on_a_local_cluster_log_nothing(keys, tmp_path):
+    """Dask logs no WARNING or ERROR line for a sort and its check that succeed: P2P's start and end, say."""
+    local = ["--cluster", "local", "--workers", "2", "--threads", "1", "--quiet"]
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    for argv in (["sort", "keys.zarr", "sorted.zarr"], ["verify", "keys.zarr", "sorted.zarr"]):
+        done = subprocess.run([sys.executable, "-m", "gpusort", *argv, *local], capture_output=True, text=True,
+                              env=env, cwd=tmp_path, timeout=300)
+        assert done.returncode == 0 and not re.search(r" - (WARNING|ERROR) - ", done.stderr), done.stderr
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -159,19 +172,32 @@ def test_gpu_setup_errors_are_one_line_and_exit_2(keys, capsys, monkeypatch):
                    f"{runtime._INSTALL_GPU}\n")
 
 
-@pytest.mark.parametrize("argv", [
-    ["sort", "a", "b", "--chunk", "1000"],  # --chunks
-    ["sort", "a", "b", "--desc"],  # --descending
-    ["sort", "a", "b", "--worker", "2"],  # --workers, one of gpusort.runtime's options
-    ["sort", "a", "b", "--gpu-memory", "1GiB"],  # --gpu-memory-budget
-    ["verify", "a", "b", "--dev", "cpu"],  # --device
-    ["--vers"],  # --version
-], ids=" ".join)
-def test_abbreviated_options_are_refused(capsys, argv):
+@pytest.mark.parametrize("argv, near", [
+    (["sort", "a", "b", "--chunk", "1000"], "--chunk-size"),
+    (["sort", "a", "b", "--desc"], "--descending"),
+    (["sort", "a", "b", "--worker", "2"], "--workers"),  # one of gpusort.runtime's options
+    (["sort", "a", "b", "--gpu-memory", "1GiB"], "--gpu-memory-budget"),
+    (["verify", "a", "b", "--dev", "cpu"], "--device"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_a_mistyped_option_gets_its_commands_usage_and_the_nearest_option(capsys, argv, near):
     with pytest.raises(SystemExit) as exit:
         build_parser().parse_args(argv)
     out, err = capsys.readouterr()
-    assert exit.value.code == 2 and out == "" and "gpusort: error: " in err
+    usage, *_, message = err.splitlines()
+    assert exit.value.code == 2 and out == "" and usage.startswith(f"usage: gpusort {argv[0]} ")
+    assert message == f"gpusort {argv[0]}: error: unrecognized arguments: {' '.join(argv[3:])}; did you mean {near}?"
+
+
+def test_an_abbreviated_top_level_option_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit:
+        build_parser().parse_args(["--vers"])  # --version
+    assert exit.value.code == 2 and "gpusort: error: " in capsys.readouterr().err
+
+
+def test_an_unknown_option_far_from_any_gets_no_suggestion(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["sort", "a", "b", "--frobnicate"])
+    assert capsys.readouterr().err.splitlines()[-1] == "gpusort sort: error: unrecognized arguments: --frobnicate"
 
 
 @pytest.mark.parametrize("argv", [
@@ -258,6 +284,14 @@ def test_bench_runs_the_file_with_its_arguments(capfd):
     pytest.importorskip("matplotlib")  # plot.py needs it; it is in the bench extra, not the test one
     assert main(["bench", "plot", "--help"]) == 0
     assert "Plot benchmark results" in capfd.readouterr().out
+
+
+def test_bench_plot_without_matplotlib_names_the_extra_in_one_line(tmp_path, not_installed):
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(not_installed("matplotlib")), str(ROOT)])}
+    done = subprocess.run([sys.executable, "-m", "gpusort", "bench", "plot", str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "plot.py: error: plotting needs matplotlib: pip install 'gpusort[bench]'\n"
 
 
 def test_console_script_entry_point():

@@ -47,7 +47,7 @@ def test_a_passing_run_leaves_no_files_behind(tmp_path):
     temp = tmp_path / "tmp"
     temp.mkdir()
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
          "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
          str(tmp_path / "test_writes.py"), __file__, "-k", "test_writes or runtime or zarr_io"],
         cwd=ROOT, env=os.environ | {"TMPDIR": str(temp), "PYTHONPATH": str(ROOT)},

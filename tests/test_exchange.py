@@ -73,7 +73,7 @@ def test_workers_past_their_share_of_memory_keep_arrays_in_files(tmp_path, spill
     # A transfer task a chunk, and no work stealing: each chunk is handed over where it was placed.
     with dask.config.set({"gpusort.spill-share": share, "distributed.scheduler.work-stealing": False,
                           **ONE_CHUNK_PER_TASK}), \
-            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                          memory_limit=limit, local_directory=str(tmp_path)) as cluster, Client(cluster) as client:
         first, second = sorted(client.scheduler_info()["workers"])
         chunk = n // 12
@@ -107,7 +107,7 @@ def test_spill_share_setting_is_checked():
 
 @pytest.fixture(scope="module")
 def eight_workers():
-    with LocalCluster(n_workers=8, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=8, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
         with Client(cluster) as client:
             yield client
 
@@ -229,6 +229,20 @@ def test_sorted_input_takes_the_short_way_and_stays_exact(eight_workers, kind):
     want = np.argsort(x, kind="stable")
     np.testing.assert_array_equal(positions, want)
     np.testing.assert_array_equal(got.view(np.uint64), x[want].view(np.uint64))
+
+
+def test_runs_that_tie_on_label_and_length_are_ordered_alike_on_every_owner():
+    """Round 1's runs are ordered by (label, length), then sender: never by their sample arrays."""
+
+    def message(sender, labels, samples):  # (arrays, (*tag, sender, labels, lengths, ties, lasts, spilling))
+        return samples, ("samples", 0, sender, labels, [10] * len(labels), set(), [None] * len(labels), False)
+
+    described = [message(1, [3], [np.array([5, 9])]), message(0, [3, 7], [np.array([1, 4]), np.array([2, 8])]),
+                 message(2, [0], [np.array([0, 6])])]
+    want = [(0, 10, [0, 6]), (3, 10, [1, 4]), (3, 10, [5, 9]), (7, 10, [2, 8])]
+    for order in (described, described[::-1]):  # each owner gets its own message first
+        got = exchange._every_run(order)
+        assert [(label, length, sample.tolist()) for label, length, sample, _ in got] == want
 
 
 def test_disjoint_pieces_are_concatenated_not_merged():

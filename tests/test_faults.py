@@ -156,7 +156,7 @@ def wait_quiet(cluster: LocalCluster, timeout: float = 30) -> None:
 
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
         yield cluster
 
 
@@ -463,7 +463,7 @@ def test_worker_killed_on_a_one_gpu_cluster(tmp_path, layer, index):
     """One GPU worker runs the graph of one process; killed mid-phase, the result is still exact."""
     cupy = pytest.importorskip("cupy")
     dask_cuda = pytest.importorskip("dask_cuda")
-    with dask_cuda.LocalCUDACluster(n_workers=1, dashboard_address=None) as cluster, Client(cluster) as client:
+    with dask_cuda.LocalCUDACluster(n_workers=1, dashboard_address=":0") as cluster, Client(cluster) as client:
         client.register_plugin(Sabotage(str(tmp_path)), name="sabotage")
         run, x, want = _sort_on_cuda_cluster(client, cupy, 12)
         (marker,) = arm(tmp_path, layer, index)
@@ -486,7 +486,7 @@ def test_worker_killed_in_a_collective_sort_fails_clearly_then_sorts_again(tmp_p
     from gpusort import comms
 
     gpus = cupy.cuda.runtime.getDeviceCount()
-    with dask_cuda.LocalCUDACluster(n_workers=gpus, dashboard_address=None) as cluster, Client(cluster) as client:
+    with dask_cuda.LocalCUDACluster(n_workers=gpus, dashboard_address=":0") as cluster, Client(cluster) as client:
         client.register_plugin(Sabotage(str(tmp_path)), name="sabotage")
         run, x, want = _sort_on_cuda_cluster(client, cupy, 13)
         first = comms.ensure(client)

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.multi_gpu, pytest.mark.timeout(300)]
 @pytest.fixture(scope="module")
 def client():
     gpus = cupy.cuda.runtime.getDeviceCount()
-    with dask_cuda.LocalCUDACluster(n_workers=gpus, threads_per_worker=2, dashboard_address=None) as cluster:
+    with dask_cuda.LocalCUDACluster(n_workers=gpus, threads_per_worker=2, dashboard_address=":0") as cluster:
         with Client(cluster) as c:
             yield c
 

@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 @pytest.fixture(scope="module")
 def client():
     cluster = dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES="0", threads_per_worker=2,
-                                         protocol="tcp", dashboard_address=None)
+                                         protocol="tcp", dashboard_address=":0")
     with cluster, Client(cluster) as c:
         yield c
 
@@ -421,7 +421,7 @@ def test_two_gpus_exact_with_both_chunk_types(protocol):
         pytest.importorskip("distributed_ucxx")
     n_gpus = cupy.cuda.runtime.getDeviceCount()
     cluster = dask_cuda.LocalCUDACluster(n_workers=n_gpus, threads_per_worker=2, protocol=protocol,
-                                         dashboard_address=None)
+                                         dashboard_address=":0")
     with cluster, Client(cluster) as c:
         assert len(c.scheduler_info()["workers"]) == n_gpus
         # Half the chunks made on each worker: where the scheduler puts them is its choice, and

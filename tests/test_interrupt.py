@@ -43,7 +43,7 @@ SCRIPT = textwrap.dedent("""
 
         gpusort.zarr_io._move_all_into_place = move_then_interrupt
     if __name__ == "__main__":
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \\
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \\
                 Client(cluster):
             print("sorting", flush=True)
             # No temp_dir: the runs wait in memory.

@@ -6,7 +6,9 @@ import argparse
 import contextlib
 import gc
 import io
+import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -17,6 +19,8 @@ import dask.array as da
 import numpy as np
 import pytest
 from distributed import wait
+from distributed.comm import CommClosedError
+from distributed.diagnostics.plugin import WorkerPlugin
 
 import gpusort
 from gpusort import runtime
@@ -47,6 +51,33 @@ def test_local_cluster_with_two_single_thread_workers_and_phase_costs():
         assert runtime.phase_seconds(client, start).keys() == costs.keys()
         assert runtime.bytes_moved(client) - moved > 0  # two workers merge each other's runs
         np.testing.assert_array_equal(y.compute(), np.sort(x.compute()))
+
+
+class _HeartbeatFailsAtClose(WorkerPlugin):
+    """As its worker closes, logs what a heartbeat that meets the scheduler gone first logs, and an error."""
+
+    def teardown(self, worker):
+        log = logging.getLogger("distributed.worker")
+        try:
+            raise CommClosedError("in <TCP (closed) ConnectionPool.heartbeat_worker local=tcp://127.0.0.1:1>: "
+                                  "Stream is closed")
+        except OSError:
+            log.exception("Failed to communicate with scheduler during heartbeat.")
+        log.error("an error worth reading")
+
+
+def test_the_workers_of_a_local_cluster_close_quietly_but_for_their_errors(capfd):
+    """A heartbeat's failure as the workers close after the work is done says nothing; other errors still show.
+
+    (What the scheduler logs, in this process, pytest's own capture takes:
+    ``test_cli`` checks it on the command line.)
+    """
+    with runtime.cluster("local", workers=2, threads=1) as client:
+        client.register_plugin(_HeartbeatFailsAtClose())
+        x = da.random.default_rng(0).integers(0, 100, 20_000, chunks=2_000)
+        np.testing.assert_array_equal(gpusort.sort(x).compute(), np.sort(x.compute()))
+    logged = [line for line in capfd.readouterr().err.splitlines() if re.search(r" - (WARNING|ERROR) - ", line)]
+    assert [line.partition(" - ")[2] for line in logged] == ["distributed.worker - ERROR - an error worth reading"] * 2
 
 
 def test_phase_of_follows_graph_phases_and_keeps_unknown_prefixes(monkeypatch):
@@ -199,7 +230,7 @@ def test_warm_links_sends_between_every_ordered_pair_of_workers(monkeypatch):
     from gpusort import warmup
 
     monkeypatch.setattr(warmup, "_gpu_buffer", lambda nbytes: np.zeros(nbytes, np.uint8))
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         warmup.warm_links(client, 1000)
         received = {w.address: sorted(e["who"] for e in w.transfer_incoming_log) for w in cluster.workers.values()}
@@ -216,7 +247,7 @@ def test_wait_for_kernels_returns_once_every_worker_has_loaded(monkeypatch):
 
     loading = threading.Event()
     monkeypatch.setattr(warmup, "warm", lambda sorts: (loading.set(), time.sleep(0.5)))
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         client.register_plugin(warmup.WarmKernels())
         loading.wait(10)

@@ -141,7 +141,7 @@ def test_default_budget_seen_without_gpus_is_zero():
     if graph._default_budget_here():
         pytest.skip("a GPU is here: its budget is the answer")
     assert graph.default_budget_seen() == 0
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster):
         assert graph.default_budget_seen() == 0
 

@@ -149,7 +149,7 @@ def test_failure_leaves_no_destination_and_no_temporary_store(tmp_path, monkeypa
     with contextlib.ExitStack() as stack:
         if scheduler == "distributed":
             cluster = stack.enter_context(LocalCluster(n_workers=1, threads_per_worker=4, processes=False,
-                                                       dashboard_address=None))
+                                                       dashboard_address=":0"))
             stack.enter_context(Client(cluster))
         with pytest.raises(RuntimeError, match="on purpose"):
             sort_zarr(src, tmp_path / "sorted.zarr", argsort_dst=tmp_path / "order.zarr", runs=runs)
@@ -277,7 +277,7 @@ def test_runs_in_memory_on_a_cluster_write_no_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(gpusort.zarr_io, "_store_runs", no_store)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, memory_limit="1GiB",
-                      dashboard_address=None) as cluster, Client(cluster):
+                      dashboard_address=":0") as cluster, Client(cluster):
         assert gpusort.zarr_io.runs_in_memory(30_000 * 16)
         sort_zarr(src, tmp_path / "sorted.zarr", argsort_dst=tmp_path / "order.zarr", chunks=7_000)
     want = ref_argsort(x)
@@ -288,7 +288,7 @@ def test_runs_in_memory_on_a_cluster_write_no_run(tmp_path, monkeypatch):
 
 def test_runs_auto_follows_the_workers_memory_limits():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, memory_limit="8MiB",
-                      dashboard_address=None) as cluster, Client(cluster):
+                      dashboard_address=":0") as cluster, Client(cluster):
         # Three copies within half of the 16 MiB the two workers may hold.
         assert gpusort.zarr_io.runs_in_memory(2**20)
         assert not gpusort.zarr_io.runs_in_memory(2**22)
@@ -307,7 +307,7 @@ def test_data_larger_than_worker_memory(tmp_path):
     src = make_zarr(tmp_path / "keys.zarr", x, chunk)
     no_pausing = {"distributed.worker.memory.pause": False, "distributed.worker.memory.terminate": False}
     with dask.config.set(no_pausing), LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, memory_limit="8MiB", dashboard_address=None,
+        n_workers=2, threads_per_worker=1, processes=True, memory_limit="8MiB", dashboard_address=":0",
     ) as cluster, Client(cluster) as client, get_task_stream(client) as stream:
         sort_zarr(src, tmp_path / "sorted.zarr", argsort_dst=tmp_path / "order.zarr")
     np.testing.assert_array_equal(read(tmp_path / "sorted.zarr"), np.sort(x, kind="stable"))

@@ -51,7 +51,8 @@ def main(argv=None) -> int:
     parser.add_argument("--keys", type=runtime.count, default=2**25,
                         help="random keys to make without --src, e.g. 33554432 or 1e9 (default: %(default)s)")
     parser.add_argument("--chunks", type=runtime.count, default=32,
-                        help="chunks of the random keys; fewer where the keys do not fill them (default: %(default)s)")
+                        help="number of chunks of the random keys; fewer where the keys do not fill them "
+                             "(default: %(default)s)")
     parser.add_argument("--dtype", default="int64", help="random key dtype: int*, uint*, float* (default: %(default)s)")
     parser.add_argument("--descending", action="store_true", help="sort largest first")
     parser.add_argument("--backend", choices=("numpy", "cupy"), default=runtime.default_backend(),

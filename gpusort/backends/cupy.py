@@ -129,8 +129,8 @@ class CupyBackend:
     ``gpu_memory_budget`` (bytes, per worker process and device) bounds the
     out-of-core path; ``None``: :data:`DEFAULT_FRACTION` of the free memory.
     Beyond the interface, what the rest of gpusort needs from a GPU goes
-    through here too: :meth:`upload`, :meth:`beyond` (top-k's selection)
-    and :meth:`scan` (verification).
+    through here too: :meth:`sort_host_rows` (N-D sorts of host chunks),
+    :meth:`beyond` (top-k's selection) and :meth:`scan` (verification).
     """
 
     name = "cupy"
@@ -231,12 +231,32 @@ class CupyBackend:
             return np.searchsorted(sorted_keys, cupy.asnumpy(needles), side=side)
         return cupy.searchsorted(sorted_keys, _to_device(needles), side=side)
 
-    def upload(self, arrays: Sequence[Any]) -> tuple:
-        """``arrays`` on this thread's GPU: host arrays copied up, CuPy arrays as they are."""
-        return tuple(_to_device(a) for a in arrays)
-
     def sort_rows(self, okeys: Any) -> Any:
         return gpu.sort(_to_device(okeys), axis=-1)
+
+    def sort_host_rows(self, blocks: Sequence[np.ndarray], sort: Callable[[Any, tuple], Any]) -> np.ndarray:
+        """``sort(self, gpu_blocks)`` of aligned host ``blocks``, each row (last axis) on its own, within the budget.
+
+        The rows go up, are sorted and come down in batches of whole rows,
+        each a step of the budget's pool (:meth:`gpusort.staging.GpuMemory.run`)
+        as large as :func:`gpusort.budget.whole_bytes` says fits, one row at
+        least: the keys, int64 positions or indices beside them, and
+        :data:`ROW_TEMPORARIES` arrays of the keys' size.  ``sort`` returns
+        an array of the rows' shape (keys or positions).
+        """
+        rows = [b.reshape(-1, b.shape[-1]) for b in blocks]
+        n, length = rows[0].shape
+        key_bytes = sum(b.dtype.itemsize for b in blocks)
+
+        def cost(nrows: int) -> int:
+            return plan.whole_bytes(nrows * length, key_bytes, 8, ROW_TEMPORARIES)
+
+        with cupy.cuda.Device(thread_device()):
+            memory = gpu_memory(self.gpu_memory_budget)
+            per = max(1, plan.largest_fit(cost, _plan_bytes(memory)))
+            out = [memory.run(cost(min(per, n - a)), _rows_step, self, sort, [r[a:a + per] for r in rows])
+                   for a in range(0, n, per) or [0]]  # no rows: one empty step, for the result's dtype
+        return np.concatenate(out).reshape(blocks[0].shape)
 
     def lexsort_rows(self, columns: Sequence[Any]) -> Any:
         return gpu.lexsort([_to_device(c) for c in columns], axis=-1)
@@ -275,6 +295,9 @@ class CupyBackend:
         return total % 2**64, bad
 
 
+#: Arrays the size of the keys that sorting rows makes beside them: the order keys, and the sorted
+#: keys decoded or gathered (:meth:`CupyBackend.sort_host_rows`).
+ROW_TEMPORARIES = 2
 #: Elements of a NumPy chunk :meth:`CupyBackend.scan` checks on the GPU at once (256 MiB of int64).
 SCAN_PIECE = 2**25
 
@@ -404,6 +427,10 @@ def _whole_step(memory: staging.GpuMemory, keys: Sequence[np.ndarray],
     out = tuple(None if x is None else staging.host_empty(x.size, x.dtype).reshape(x.shape) for x in result)
     _download(memory, result, out, alone)
     return out[0], None if out[1] is None else out[1].view(dtype)
+
+
+def _rows_step(backend: CupyBackend, sort: Callable[[Any, tuple], Any], rows: Sequence[np.ndarray]) -> np.ndarray:
+    return cupy.asnumpy(sort(backend, tuple(_to_device(r) for r in rows)))
 
 
 def _sort_owned(keys: cupy.ndarray, values: cupy.ndarray | None) -> Pair:

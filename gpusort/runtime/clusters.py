@@ -218,41 +218,45 @@ def cluster(
         with client:
             yield _ready(client, dashboard)
         return
-    with _deaf_to_ctrl_c() as arrived:
-        started = _start(resolved, options, dashboard)
-    client, interrupted = None, False
-    try:
-        if arrived:  # Ctrl-C while the cluster started: raised here, where the cluster is closed
-            raise KeyboardInterrupt
-        client = Client(started)
-        client.wait_for_workers(len(started.workers))
-        if resolved == "cuda":
-            from gpusort.warmup import WarmKernels, wait_for_kernels, warm_links
+    # The scheduler of a new cluster runs in this process, and logs each exchange's start and end.
+    with _muted(*_SHUFFLE_ROUTINE):
+        with _deaf_to_ctrl_c() as arrived:
+            started = _start(resolved, options, dashboard)
+        client, interrupted = None, False
+        try:
+            if arrived:  # Ctrl-C while the cluster started: raised here, where the cluster is closed
+                raise KeyboardInterrupt
+            client = Client(started)
+            client.wait_for_workers(len(started.workers))
+            if resolved == "cuda":
+                from gpusort.warmup import WarmKernels, wait_for_kernels, warm_links
 
-            client.register_plugin(WarmKernels())
-            warm_links(client)
-            wait_for_kernels(client)
-        with _heap_frozen():
-            yield _ready(client, dashboard)
-        # Tens of GiB of pinned memory to unmap would outlast the nanny's patience at close.
-        client.run(_free_pinned_memory)
-    except KeyboardInterrupt:
-        # The caller reports the Ctrl-C in one line.  What the scheduler, the nannies and
-        # the workers log as they close over the tasks it cut short (cancelled
-        # instructions, lost connections, a worker killed for taking too long) says nothing more.
-        interrupted = True
-        if client is not None:
-            client.run(logging.disable, logging.CRITICAL, on_error="ignore")  # for good: they close
-        raise
-    finally:
-        with _logging_off() if interrupted else contextlib.nullcontext():
+                client.register_plugin(WarmKernels())
+                warm_links(client)
+                wait_for_kernels(client)
+            with _heap_frozen():
+                yield _ready(client, dashboard)
+            # Tens of GiB of pinned memory to unmap would outlast the nanny's patience at close.
+            client.run(_free_pinned_memory)
+            # The work is done: what a worker says as the scheduler goes away first is not news.
+            client.run(_mute, *_CLOSING, on_error="ignore")
+        except KeyboardInterrupt:
+            # The caller reports the Ctrl-C in one line.  What the scheduler, the nannies and
+            # the workers log as they close over the tasks it cut short (cancelled
+            # instructions, lost connections, a worker killed for taking too long) says nothing more.
+            interrupted = True
             if client is not None:
-                client.close()
-            try:
-                started.close(timeout=60)
-            except Exception as exc:  # a nanny that had to kill its slow-exiting worker: the work is done
-                if not interrupted:
-                    print(f"(cluster close: {type(exc).__name__}: {exc})", file=sys.stderr)
+                client.run(logging.disable, logging.CRITICAL, on_error="ignore")  # for good: they close
+            raise
+        finally:
+            with _logging_off() if interrupted else contextlib.nullcontext():
+                if client is not None:
+                    client.close()
+                try:
+                    started.close(timeout=60)
+                except Exception as exc:  # a nanny that had to kill its slow-exiting worker: the work is done
+                    if not interrupted:
+                        print(f"(cluster close: {type(exc).__name__}: {exc})", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -401,6 +405,48 @@ def _deaf_to_ctrl_c() -> Iterator[list[int]]:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending is recorded now
         if record:
             signal.signal(signal.SIGINT, handler)
+
+
+class _Routine(logging.Filter):
+    """Drops the records of the given messages (format strings): what distributed logs on a routine path."""
+
+    def __init__(self, *messages: str):
+        super().__init__()
+        self.messages = frozenset(messages)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg not in self.messages
+
+
+#: What P2P's scheduler plugin logs as a WARNING for every exchange that starts and ends, so
+#: for every sort on a cluster.  Its other warnings (an exchange restarted: a worker lost) still show.
+_SHUFFLE_ROUTINE = ("distributed.shuffle._scheduler_plugin",
+                    _Routine("Shuffle %s initialized by task %r executed on worker %s",
+                             "Shuffle %s deactivated due to stimulus '%s'"))
+#: What a worker logs, with a traceback, when its heartbeat meets the scheduler closing
+#: before the worker is told to close.
+_CLOSING = ("distributed.worker",
+            _Routine("Failed to communicate with scheduler during heartbeat.",
+                     "Scheduler was unaware of this worker; shutting down."))
+
+
+def _mute(logger: str, routine: _Routine) -> None:
+    """``routine``'s records of ``logger`` dropped in this process from now on."""
+    logging.getLogger(logger).addFilter(routine)
+
+
+@contextlib.contextmanager
+def _muted(logger: str, routine: _Routine) -> Iterator[None]:
+    """``routine``'s records of ``logger`` dropped in this process within the block (nested blocks too)."""
+    log = logging.getLogger(logger)
+    if routine in log.filters:
+        yield
+        return
+    log.addFilter(routine)
+    try:
+        yield
+    finally:
+        log.removeFilter(routine)
 
 
 @contextlib.contextmanager

@@ -132,7 +132,7 @@ def from_options(args: argparse.Namespace, parser: argparse.ArgumentParser | Non
 
 
 # Python arguments, as the library's messages name them, and the flags that set them.
-_FLAGS = {"kind": "--cluster", "backend": "--backend", "chunks": "--chunks", "descending": "--descending",
+_FLAGS = {"kind": "--cluster", "backend": "--backend", "chunks": "--chunk-size", "descending": "--descending",
           "overwrite": "--overwrite", "argsort_dst": "--argsort-dst", "gpu_memory_budget": "--gpu-memory-budget",
           "temp_dir": "--temp-dir", "workers": "--workers", "threads": "--threads",
           "memory_limit": "--memory-limit", "gpus": "--gpus", "protocol": "--protocol",
