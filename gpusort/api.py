@@ -32,8 +32,11 @@ def sort(
     ----------
     x : dask.array.Array or array-like
         Keys: bool, int8-64, uint8-64, float16/32/64, complex64/128,
-        datetime64 or timedelta64.  NumPy and CuPy arrays are wrapped in a
-        Dask array.
+        datetime64 or timedelta64; or NumPy's fixed-width bytes (``S``), str
+        (``U``), void or structured dtypes, in NumPy's order (a structured
+        key field by field, each by its own rule; host chunks only, as CuPy
+        has no such dtypes).  NumPy and CuPy arrays are wrapped in a Dask
+        array.
     axis : int or None
         The axis to sort along, each row on its own, as ``np.sort``: any axis
         of N-D ``x``, chunked along it or not (:mod:`gpusort.axis`); the
@@ -188,12 +191,12 @@ def sort_by_key(
     """
     options = SortOptions.of(descending, chunks, backend, gpu_memory_budget)
     several = isinstance(keys, (list, tuple)) and any(_is_array(k) for k in keys)  # a list of numbers is one key
-    columns = _key_list(keys) if several else [_as_keys(keys, 0, "keys", complex_ok=True)]
+    columns = _key_list(keys) if several else [_as_keys(keys, 0, "keys", composite_ok=True)]
     if any(c.ndim != 1 for c in columns):
         raise ValueError("keys must be 1-D arrays (or a tuple of them); sort N-D keys with sort(x, axis=...)")
     if several:
         for i, c in enumerate(columns):
-            order.check_key_dtype(c.dtype, f"keys[{i}]", complex_ok=True)
+            order.check_key_dtype(c.dtype, f"keys[{i}]", composite_ok=True)
             _check_known_chunks(c, f"keys[{i}]")
             if c.shape != columns[0].shape:
                 raise ValueError(f"keys[{i}] has length {c.shape[0]} but keys[0] has {columns[0].shape[0]}; "
@@ -217,7 +220,7 @@ def sort_by_key(
         values = da.from_array(values._meta.reshape(0), chunks=keys.chunks, asarray=False)
     elif values.chunks != keys.chunks:
         values = values.rechunk(keys.chunks)
-    if not several and keys.dtype.kind != "c":
+    if not several and not order.is_composite(keys.dtype):
         return _sort(keys, values, options, positions=False)
     # Composite keys do not decode back to the keys: the keys travel with the values, as records.
     records = multikey.records(columns + [values])
@@ -488,7 +491,7 @@ def _sort_any(keys: list, axis, options: SortOptions, *, positions: bool) -> da.
     keys = [as_dask(k, argname) for k in keys]
     first = keys[-1]
     for k in keys:
-        order.check_key_dtype(k.dtype, argname, complex_ok=True)
+        order.check_key_dtype(k.dtype, argname, composite_ok=True)
         _check_known_chunks(k, argname)
     for k in keys:
         if k.shape != first.shape:
@@ -508,11 +511,11 @@ def _sort_any(keys: list, axis, options: SortOptions, *, positions: bool) -> da.
     if axis is None or first.ndim == 1:
         if axis is not None:
             _check_axis(axis, 1, argname)
-        flat = [_as_keys(k, None, argname, complex_ok=True) for k in keys]
-        if len(flat) == 1 and flat[0].dtype.kind != "c":
+        flat = [_as_keys(k, None, argname, composite_ok=True) for k in keys]
+        if len(flat) == 1 and not order.is_composite(flat[0].dtype):
             got_keys, got_positions = _sort(flat[0], None, options, positions=positions, keys_returned=not positions)
             return got_positions if positions else got_keys
-        carried = None if positions else flat[0]  # complex keys travel as values: their bits are kept
+        carried = None if positions else flat[0]  # composite keys do not decode: the keys travel as values
         return _sort_composite(flat[::-1], carried, options)
     from gpusort import axis as along
 
@@ -615,8 +618,8 @@ def as_dask(x: Any, argname: str) -> da.Array:
             x = np.asarray(x)
         except ValueError as exc:  # ragged nested sequences
             raise ValueError(f"{argname} is not a rectangular array: {exc}") from exc
-        # Dask cannot size object chunks; one chunk lets the dtype check speak.
-        return da.from_array(x, chunks=-1 if x.dtype.hasobject else "auto")
+        # Dask cannot size object chunks, nor zero-byte ones; one chunk lets the dtype check speak.
+        return da.from_array(x, chunks=-1 if x.dtype.hasobject or not x.dtype.itemsize else "auto")
     raise TypeError(
         f"{argname} must be a dask array or a NumPy/CuPy array; got {type(x).__name__}"
     )
@@ -635,10 +638,10 @@ def _check_known_chunks(x: da.Array, argname: str) -> None:
         )
 
 
-def _as_keys(x: Any, axis: int | None, argname: str, complex_ok: bool = False) -> da.Array:
+def _as_keys(x: Any, axis: int | None, argname: str, composite_ok: bool = False) -> da.Array:
     """``x`` as a 1-D Dask array of sortable keys, or a clear error."""
     x = as_dask(x, argname)
-    order.check_key_dtype(x.dtype, argname, complex_ok)
+    order.check_key_dtype(x.dtype, argname, composite_ok)
     _check_known_chunks(x, argname)
     if axis is None and x.ndim > 1 and any(0 in dim for dim in x.chunks):
         # Dask's reshape miscounts empty chunks of N-D arrays (an IndexError,

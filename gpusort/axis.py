@@ -162,11 +162,11 @@ def sort_rows(descending: bool, positions: bool, backend: Any, *blocks: Any) -> 
 
     Host blocks on the CuPy backend (a name or a :class:`gpusort.backends.BackendSpec`)
     sort on the GPU in batches of rows within its memory budget and come back
-    to the host (datetime64 and timedelta64 keys, which CuPy lacks, sort on
-    the host); other blocks sort where they are.
+    to the host (datetime64, timedelta64, bytes, str and structured keys,
+    which CuPy lacks, sort on the host); other blocks sort where they are.
     """
     name = getattr(backend, "name", backend)
-    if name == "cupy" and isinstance(blocks[0], np.ndarray) and not any(b.dtype.kind in "mM" for b in blocks):
+    if name == "cupy" and isinstance(blocks[0], np.ndarray) and not any(b.dtype.kind in "mMSUV" for b in blocks):
         return get_backend(backend).sort_host_rows(
             blocks, lambda gpu, rows: _sort_rows(gpu, descending, positions, rows))
     return _sort_rows(get_backend(backend_for(blocks[0])), descending, positions, blocks)
@@ -174,7 +174,7 @@ def sort_rows(descending: bool, positions: bool, backend: Any, *blocks: Any) -> 
 
 def _sort_rows(backend, descending, positions, blocks):
     first = blocks[0]
-    if not positions and len(blocks) == 1 and first.dtype.kind != "c":
+    if not positions and len(blocks) == 1 and not order.is_composite(first.dtype):
         # Keys whose exact order keys decode back: sort those, bits and all.
         okeys = order.encode(first, descending, "exact")
         return order.decode(backend.sort_rows(okeys), first.dtype, descending, "exact")
@@ -189,7 +189,7 @@ def _corank(keys, descending, positions, backend):
     axis_chunks = x.chunks[-1]
     starts = np.concatenate(([0], np.cumsum(axis_chunks))).tolist()
     length = x.shape[-1]
-    decodable = not positions and len(keys) == 1 and x.dtype.kind != "c"
+    decodable = not positions and len(keys) == 1 and not order.is_composite(x.dtype)
     out_dtype = np.dtype(np.int64) if positions else x.dtype
     token = tokenize(*keys, descending, positions, backend)
     out_name = "rows-" + token

@@ -56,43 +56,80 @@ SCHEMES = ("exact", "tied", "float")
 Scheme = Literal["exact", "tied", "float"]
 
 
-def check_key_dtype(dtype: Any, argname: str = "x", complex_ok: bool = False) -> np.dtype:
+def check_key_dtype(dtype: Any, argname: str = "x", composite_ok: bool = False) -> np.dtype:
     """The key dtype, or a ``TypeError`` that names ``argname``, the dtypes taken here and the fix.
 
-    Complex keys (:func:`complex_columns`) are sorted by the functions that
-    take composite keys, and pass here with ``complex_ok``.
+    Complex, fixed-width bytes (``S``), str (``U``), raw void and structured
+    keys (:func:`is_composite`) are sorted by the functions that take
+    composite keys, and pass here with ``composite_ok``; a structured
+    dtype's fields must be keys too.
 
     Examples
     --------
     >>> check_key_dtype(">f4")
     dtype('>f4')
+    >>> check_key_dtype("U3", "keys", composite_ok=True)
+    dtype('<U3')
     >>> check_key_dtype("U3", "keys")
     Traceback (most recent call last):
-    TypeError: keys has dtype <U3 (string), which gpusort cannot sort as keys; supported key dtypes ...
+    TypeError: keys has dtype <U3 (string), which gpusort cannot sort as keys here (gpusort.sort, argsort, ...
     """
     dtype = np.dtype(dtype)
     # Kind and width decide, never a byte-order swap: variable-width dtypes (StringDType) have none.
     if dtype.kind in "iubmM" or (dtype.kind == "f" and dtype.itemsize in _FLOAT_WIDTHS):
         return dtype
-    if complex_ok and dtype.kind == "c" and dtype.itemsize in _COMPLEX_WIDTHS:
+    composite = (dtype.kind == "c" and dtype.itemsize in _COMPLEX_WIDTHS) or (dtype.kind in "SUV" and dtype.itemsize)
+    if composite_ok and composite:
+        for name in dtype.names or ():
+            field, what = dtype.fields[name][0], f"{argname}[{name!r}]"
+            if field.subdtype:  # NumPy compares a sub-array field's raw bytes: any fixed-width one sorts
+                if field.hasobject:
+                    check_key_dtype(field.base, what, composite_ok=True)
+                continue
+            if field.kind == "f" and field.itemsize == 2:
+                raise TypeError(
+                    f"{what} is a float16 field, which NumPy orders with NaN first inside a structured key (and "
+                    "last everywhere else), so gpusort does not sort by it: make the field float32 first "
+                    f"(e.g. {argname}.astype([... ({name!r}, 'f4') ...]))")
+            # Any other field is ordered by its own rule: it must be a key.
+            check_key_dtype(field, what, composite_ok=True)
         return dtype
     what = {
         "O": "object",
         "U": "string",
         "T": "string",
         "S": "bytes",
-        "V": "structured/void",
+        "V": "structured" if dtype.names is not None else "void",
         "c": "extended-precision complex" if dtype.itemsize not in _COMPLEX_WIDTHS else "complex",
         "f": "extended-precision float",
     }.get(dtype.kind, f"kind {dtype.kind!r}")
-    where = (" here (gpusort.sort, argsort, lexsort and sort_by_key take complex keys)"
-             if dtype.kind == "c" and dtype.itemsize in _COMPLEX_WIDTHS else "")
-    taken = "float16/32/64, complex64/128," if complex_ok else "float16/32/64,"
+    where = (" here (gpusort.sort, argsort, lexsort and sort_by_key take complex, bytes, str and structured keys)"
+             if composite else "")
+    if dtype.kind in "SUV" and not dtype.itemsize:
+        where = " (it holds no bytes: every key would tie)"
+    taken = ("float16/32/64, complex64/128, fixed-width bytes (S), str (U), void (V), structured (of these),"
+             if composite_ok else "float16/32/64,")
+    fix = f"{argname}.astype('U')" if composite_ok and dtype.kind in "OT" else f"{argname}.astype('float64')"
     raise TypeError(
         f"{argname} has dtype {dtype} ({what}), which gpusort cannot sort as keys{where}; "
         f"supported key dtypes are bool, int8-64, uint8-64, {taken} datetime64 "
-        f"and timedelta64 (convert first, e.g. {argname}.astype('float64'))"
+        f"and timedelta64 (convert first, e.g. {fix})"
     )
+
+
+def is_composite(dtype: Any) -> bool:
+    """Whether keys of ``dtype`` sort as several order-key columns (:func:`key_columns`), packed into composite keys.
+
+    Complex keys (three columns), and fixed-width bytes, str, void and
+    structured keys (a column per 64 bits, or per field): their order keys
+    do not decode back to the keys, so sorts carry the keys as values.
+
+    Examples
+    --------
+    >>> is_composite("c8"), is_composite("S9"), is_composite("i4,f8"), is_composite("f8")
+    (True, True, True, False)
+    """
+    return np.dtype(dtype).kind in "cSUV"
 
 
 def scheme_for(stable: bool, keys_returned: bool) -> Scheme:
@@ -315,7 +352,8 @@ def key_columns(keys: Any, descending: bool, scheme: Scheme = "tied") -> tuple[l
     """Unsigned order-key columns of ``keys`` and their bit widths, most significant first.
 
     One column, :func:`encode`'s, for every real dtype; three for complex
-    keys (:func:`complex_columns`).  :class:`gpusort.composite.Layout` packs
+    keys (:func:`complex_columns`); for bytes, str, void and structured keys
+    those of :func:`fixed_width_columns`.  :class:`gpusort.composite.Layout` packs
     them next to other columns.
 
     Columns are unsigned, as a layout packs them: the signed order keys of
@@ -331,6 +369,8 @@ def key_columns(keys: Any, descending: bool, scheme: Scheme = "tied") -> tuple[l
     """
     if keys.dtype.kind == "c":
         return complex_columns(keys, descending)
+    if keys.dtype.kind in "SUV":
+        return fixed_width_columns(keys, descending)
     okeys = encode(keys, descending, scheme)
     if okeys.dtype.kind == "i":
         okeys = okeys.view(f"u{okeys.dtype.itemsize}") ^ _sign_bit(okeys.dtype)
@@ -349,6 +389,11 @@ def key_widths(dtype: Any, descending: bool) -> list[int]:
     if dtype.kind == "c":
         part = 4 * dtype.itemsize  # half the width, in bits
         return [2, part, part]
+    if dtype.names is not None:
+        fields = [dtype.fields[name][0] for name in dtype.names]
+        return [w for f in fields for w in (byte_widths(f.itemsize) if f.subdtype else key_widths(f, descending))]
+    if dtype.kind in "SUV":
+        return byte_widths(dtype.itemsize)
     if dtype.kind == "b" and not descending:  # False, True: 0 and 1 (descending flips all eight bits)
         return [1]
     return [8 * order_dtype(dtype).itemsize]
@@ -406,3 +451,99 @@ def complex_columns(keys: Any, descending: bool) -> tuple[list, list[int]]:
     second = encode(im, descending, "tied") * (cls == 0).astype(first.dtype)
     bits = 8 * first.dtype.itemsize
     return [cls, first, second], [2, bits, bits]
+
+
+WORD_BYTES = 8
+
+
+def byte_widths(nbytes: int) -> list[int]:
+    """Bit widths of :func:`byte_columns` of ``nbytes`` bytes: 64 per whole word, the rest's bits last.
+
+    Examples
+    --------
+    >>> byte_widths(9), byte_widths(16)
+    ([64, 8], [64, 64])
+    """
+    whole, rest = divmod(int(nbytes), WORD_BYTES)
+    return [64] * whole + ([8 * rest] if rest else [])
+
+
+def byte_columns(b: np.ndarray, descending: bool) -> list[np.ndarray]:
+    """Unsigned order-key columns of byte strings: ``b`` is uint8 of shape ``(..., nbytes)``, first byte most significant.
+
+    Byte strings compare as ``memcmp``, unsigned byte by byte, so their
+    order is that of their bytes read as big-endian 64-bit words, most
+    significant first; the last word holds only the bytes left over, moved
+    to its low end so its column is as narrow as they are
+    (:func:`byte_widths`: 1 to 8 bytes sort as one integer).  Descending
+    flips every bit of each column's width.  Host (NumPy) arrays only: CuPy
+    has no byte strings to sort.
+
+    Examples
+    --------
+    >>> b = np.frombuffer(b"ab\\x00ba\\x00a\\x00b", np.uint8).reshape(3, 3)
+    >>> columns = byte_columns(b, False)
+    >>> [hex(int(k)) for k in columns[0]], np.lexsort(columns[::-1]).tolist()
+    (['0x616200', '0x626100', '0x610062'], [2, 0, 1])
+    """
+    nbytes = b.shape[-1]
+    widths = byte_widths(nbytes)
+    padded = np.zeros(b.shape[:-1] + (len(widths) * WORD_BYTES,), np.uint8)
+    padded[..., :nbytes] = b
+    words = padded.view(">u8").astype(np.uint64)  # most significant byte first: the bytes' order as integers
+    columns = [np.ascontiguousarray(words[..., q]) for q in range(len(widths))]
+    if nbytes % WORD_BYTES:
+        columns[-1] >>= np.uint64(64 - widths[-1])
+    if descending:
+        columns = [~c & np.uint64((1 << w) - 1) for c, w in zip(columns, widths)]
+    return columns
+
+
+def fixed_width_columns(keys: np.ndarray, descending: bool) -> tuple[list, list[int]]:
+    """NumPy's order of bytes, str, void and structured keys as order-key columns, and their widths.
+
+    * ``S`` and raw ``V`` (void): the bytes, compared unsigned, NUL padding
+      and all (``b"a"`` and ``b"a\\x00"`` are the same key; an embedded NUL
+      is a byte like any other): :func:`byte_columns`.
+    * ``U``: UCS-4 code points compared as unsigned 32-bit integers, so
+      their bytes written big-endian, whatever the keys' byte order.
+    * Structured: the fields' columns in field order, each field by its own
+      rule (NumPy's comparison of structured keys): a float field with
+      ``-0.0 == 0.0`` and one NaN last (scheme ``"tied"``), nested fields
+      the same way; a sub-array field by its raw bytes, as NumPy compares
+      it (``memcmp``: the byte order decides).
+
+    Descending reverses each column's order: the bytes' and code points'
+    order, and each field's as it would alone (NaN still last).  The keys
+    carry themselves through a sort: ties in these columns are keys NumPy
+    calls equal, which need not be equal bits (``-0.0`` and ``0.0``).
+
+    Examples
+    --------
+    >>> x = np.array([(np.nan, 1), (-0.0, 2), (0.0, 1), (-1.0, 5)], [("f", "<f8"), ("i", "<i8")])
+    >>> columns, widths = fixed_width_columns(x, False)
+    >>> np.lexsort(columns[::-1]).tolist(), np.argsort(x, kind="stable").tolist(), widths
+    ([3, 2, 1, 0], [3, 2, 1, 0], [64, 64])
+    >>> columns, widths = fixed_width_columns(np.array(["b", "\\xe9", "ab"], ">U2"), False)
+    >>> np.lexsort(columns[::-1]).tolist(), widths
+    ([2, 0, 1], [64])
+    """
+    dtype = keys.dtype
+    if dtype.names is None:
+        if dtype.kind == "U":
+            keys = keys.astype(dtype.newbyteorder(">"))
+        b = np.ascontiguousarray(keys).view(np.uint8).reshape(keys.shape + (dtype.itemsize,))
+        return byte_columns(b, descending), byte_widths(dtype.itemsize)
+    columns, widths = [], []
+    for name in dtype.names:
+        field = keys[name]
+        sub = dtype.fields[name][0]
+        if sub.subdtype:
+            field = np.ascontiguousarray(field).view(np.uint8).reshape(keys.shape + (sub.itemsize,))
+            c, w = byte_columns(field, descending), byte_widths(sub.itemsize)
+        else:
+            c, w = key_columns(field, descending, "tied")
+        columns += c
+        widths += w
+    return columns, widths
+

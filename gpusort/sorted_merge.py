@@ -160,11 +160,11 @@ class _Merge:
     @property
     def layout(self) -> composite.Layout | None:
         """The composite order keys' layout for complex keys; ``None`` for real ones."""
-        return multikey.layout_of([self.dtype], self.descending) if self.dtype.kind == "c" else None
+        return multikey.layout_of([self.dtype], self.descending) if order.is_composite(self.dtype) else None
 
     def okeys(self, keys: Any) -> Any:
         """Order keys of scheme ``"tied"``: 1-D, or ``(n, words)`` rows for complex keys."""
-        if self.dtype.kind == "c":
+        if order.is_composite(self.dtype):
             return multikey.pack(self.layout, self.descending, keys)
         return order.encode(keys, self.descending, "tied")
 
@@ -206,7 +206,7 @@ def _sorted_input(x: Any, name: str) -> da.Array:
     if x.ndim != 1:
         raise ValueError(f"{name} is {x.ndim}-D; merge takes 1-D sorted arrays (sort an N-D one flat with "
                          f"gpusort.sort({name}, axis=None) first)")
-    order.check_key_dtype(x.dtype, name, complex_ok=True)
+    order.check_key_dtype(x.dtype, name, composite_ok=True)
     _check_known_chunks(x, name)
     return x
 
@@ -245,7 +245,7 @@ def _graph(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None, ch
     keys and carry themselves (and their values, as records).
     """
     runs = _runs(spec, keys, values)
-    complex_keys = spec.dtype.kind == "c"
+    complex_keys = order.is_composite(spec.dtype)
     key_dtype = runs.okey_dtype if complex_keys else spec.dtype
     merged, carried = graph.merge_sorted_runs(runs, key_dtype=key_dtype, descending=spec.descending and not
                                               complex_keys, chunk=chunk, backend=spec.backend)
@@ -318,7 +318,7 @@ def _run(spec: _Merge, side: int, first: int, sizes: list[int], start: int, join
     _check_sorted(spec, side, pieces, encoded, at)
     vparts = chunks[int(joined) + len(sizes):]
     values = concatenate(vparts, vparts[0].dtype) if vparts else None
-    if spec.dtype.kind == "c":  # composite keys do not decode: the keys travel as values, with theirs
+    if order.is_composite(spec.dtype):  # composite keys do not decode: the keys travel as values, with theirs
         return okeys, keys if values is None else multikey.record_rows(keys, values)
     if spec.dtype.kind == "f":  # "tied" keys checked the order; "float" keys keep every bit through the merge
         okeys = order.encode(keys, spec.descending, "float")

@@ -9,7 +9,8 @@ field and becomes the same strings again (:func:`strings`).
 Order keys: UTF-8 preserves code-point order byte by byte, so Python's
 order of strings (pandas' for ``object`` and Arrow's for ``string``) is the
 order of the padded bytes, read as big-endian 64-bit words, most
-significant first -- with the length after them, which puts ``"a"`` before
+significant first (:func:`gpusort.order.byte_columns`, as NumPy's ``S``
+keys sort) -- with the length after them, which puts ``"a"`` before
 ``"a\\x00"`` where the padding ties them (:func:`key_columns`).
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-WORD_BYTES = 8
+from gpusort import order
 
 
 def is_text(dtype: Any) -> bool:
@@ -101,8 +102,8 @@ def strings(recs: np.ndarray, dtype: Any) -> Any:
 
 
 def key_widths(width: int) -> list[int]:
-    """Bit widths of :func:`key_columns`: a word per 8 bytes, then the length."""
-    return [64] * -(-max(width, 1) // WORD_BYTES) + [max(1, int(width).bit_length())]
+    """Bit widths of :func:`key_columns`: the bytes' words (:func:`gpusort.order.byte_widths`), then the length."""
+    return order.byte_widths(max(width, 1)) + [max(1, int(width).bit_length())]
 
 
 def key_columns(recs: np.ndarray, descending: bool) -> list[np.ndarray]:
@@ -116,15 +117,8 @@ def key_columns(recs: np.ndarray, descending: bool) -> list[np.ndarray]:
     >>> np.lexsort(key_columns(recs, False)[::-1]).tolist()  # the last column is the least significant
     [2, 1, 0]
     """
-    b = recs["b"]
-    n, width = b.shape
-    words = -(-width // WORD_BYTES)
-    padded = np.zeros((n, words * WORD_BYTES), np.uint8)
-    padded[:, :width] = b
-    big = padded.view(">u8").astype(np.uint64)  # most significant byte first: the bytes' order as integers
+    width = recs["b"].shape[1]
     lengths = np.maximum(recs["n"], 0).astype(np.uint64)
-    columns = [big[:, w] for w in range(words)] + [lengths]
     if descending:
-        top = np.uint64((1 << key_widths(width)[-1]) - 1)
-        columns = [~c for c in columns[:-1]] + [top - lengths]
-    return columns
+        lengths = np.uint64((1 << key_widths(width)[-1]) - 1) - lengths
+    return order.byte_columns(recs["b"], descending) + [lengths]

@@ -7,7 +7,9 @@ part)``: NumPy's order puts ``R + Rj`` first, then ``R + nanj``, ``nan + Rj``
 and ``nan + nanj``, each class by its non-NaN parts.  Descending reverses
 the order of the parts within each class and keeps the NaN classes last, as
 NaN stays last for real keys.  ``lexsort`` is the same with one such key per
-array, the last array primary, as ``np.lexsort``.
+array, the last array primary, as ``np.lexsort``.  Bytes and void keys sort by
+their bytes, str keys by their code points, structured keys field by field
+(a sub-array field by its bytes, as NumPy compares it).
 
 Also the test data (:func:`make_keys`) shared by the tests, and where the GPU tests
 keep their keys (:func:`on_gpu`).
@@ -174,6 +176,13 @@ def _element_keys(x: np.ndarray, descending: bool) -> list[tuple]:
     """One Python tuple per element; comparing them compares the elements in NumPy's order."""
     x = np.asarray(x)
     sign = -1 if descending else 1
+    if x.dtype.names is not None:  # field by field, each by its own rule; a sub-array by its raw bytes
+        fields = [_units(x[name], sign) if x.dtype.fields[name][0].shape else _element_keys(x[name], descending)
+                  for name in x.dtype.names]
+        return list(zip(*fields)) if fields else [()] * len(x)
+    if x.dtype.kind in "SUV":  # bytes (unsigned, the padding included) or UCS-4 code points, in order
+        return _units(x.astype(x.dtype.newbyteorder("=")).view(np.uint32).reshape(len(x), -1) if x.dtype.kind == "U"
+                      else x, sign)
     if x.dtype.kind == "c":
         x = x.astype(x.dtype.newbyteorder("="))
         keys = []
@@ -186,6 +195,13 @@ def _element_keys(x: np.ndarray, descending: bool) -> list[tuple]:
         return keys
     values, missing = _sort_keys(x)
     return [(bool(m), 0 if m else sign * v) for v, m in zip(values, missing.tolist())]
+
+
+def _units(x: np.ndarray, sign: int) -> list[tuple]:
+    """Per element of ``x`` (its first axis), its bytes -- or its uint32 code points -- as a tuple, signed."""
+    units = np.ascontiguousarray(x).reshape(len(x), -1)
+    units = units if units.dtype == np.uint32 else units.view(np.uint8)
+    return [tuple(sign * u for u in row) for row in units.tolist()]
 
 
 def ref_argsort(x: np.ndarray, descending: bool = False) -> np.ndarray:

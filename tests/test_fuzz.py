@@ -137,12 +137,12 @@ def unknown_chunks(n: int) -> da.Array:
 
 
 def hostile_keys(draw):
-    # Complex keys are valid now (sort, argsort, sort_by_key): drawn by numpy_keys instead.
+    # Complex, bytes, str and structured keys are valid now (sort, argsort, sort_by_key): not hostile.
     kind = draw(st.sampled_from(["object", "string", "none", "dict", "ragged", "masked",
                                  "dask-masked", "unknown", "int", "structured", "huge-ints", "set"]))
     return {
         "object": lambda: np.array([1, "a", None], dtype=object),
-        "string": lambda: np.array(["b", "a"]),
+        "string": lambda: np.array(["b", 1], dtype=object),
         "none": lambda: None,
         "dict": lambda: {1: 2},
         "ragged": lambda: [[1, 2], [3]],
@@ -150,7 +150,7 @@ def hostile_keys(draw):
         "dask-masked": lambda: da.ma.masked_equal(da.arange(6, chunks=2), 3),
         "unknown": lambda: unknown_chunks(10),
         "int": lambda: 5,
-        "structured": lambda: np.zeros(3, dtype="i4,f8"),
+        "structured": lambda: np.zeros(3, dtype="i4,O"),  # an object field
         "huge-ints": lambda: [2**70, 1],
         "set": lambda: {3, 1},
     }[kind]()
