@@ -27,7 +27,7 @@ that every one of them is well, so a rank that fails (out of memory, a
 chunk that is not what it declares) fails the sort on every rank at once
 instead of leaving the others waiting.
 
-The graph (:func:`sort`) has ``W`` rank tasks, ``W`` tiny ``ranked-`` tasks
+The graph (:func:`rank_graph`) has ``W`` rank tasks, ``W`` tiny ``ranked-`` tasks
 and one view per output chunk.  Output chunk ``j`` is a view of its rank's
 block, and also reads every rank's ``ranked-`` task, so that computing any
 part of the result runs every rank: a rank alone would wait for the others.
@@ -46,7 +46,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from gpusort import chunks, comms, corank, exchange, order
-from gpusort.arrays import is_cupy, synchronize
+from gpusort.arrays import copy_into, is_cupy, synchronize
 from gpusort.backends import Pair
 
 
@@ -90,24 +90,41 @@ class Plan:
 # --- the graph ----------------------------------------------------------------------------------
 
 
-def sort(keys: da.Array, values: da.Array | None, *, descending: bool, backend: Any, chunk: int | tuple[int, ...],
-         positions: bool, keys_returned: bool, group: comms.Group, client: Any
-         ) -> tuple[da.Array, da.Array | None]:
-    """:func:`gpusort.graph.sort` as one task per worker of ``group``, output chunks views of their rank's block."""
-    from gpusort.graph import _field, declared_chunks, chunk_inputs  # the graph's own helpers
+@dataclass(frozen=True)
+class Ranks:
+    """A collective sort in a Dask graph: task ``(name, r)`` computes rank ``r``'s merged block.
 
+    ``blocks[r]`` are the output chunks cut from it; every output chunk also
+    waits for the tasks ``waits`` of layer ``ranked``, so that computing any
+    part of the result runs every rank.
+    """
+
+    graph: HighLevelGraph
+    name: str
+    ranked: str
+    waits: list
+    blocks: list[tuple[int, int]]
+    value_dtype: np.dtype | None
+
+
+def rank_graph(keys: da.Array, values: da.Array | None, *, descending: bool, backend: Any, ranks: np.ndarray,
+               positions: bool, keys_returned: bool, group: comms.Group, client: Any,
+               declared: Sequence[chunks.Declared], inputs: Sequence[list]) -> Ranks:
+    """The rank tasks of a sort of ``keys`` into output ranks ``ranks``, one per worker of ``group``.
+
+    ``declared`` and ``inputs`` are, per input chunk, what it declares and
+    the task keys of its keys and values (:func:`gpusort.graph.chunk_inputs`).
+    """
     lengths = [int(c) for c in keys.chunks[0]]
     n, nranks = sum(lengths), len(group.workers)
     stable = values is not None or positions
     itemsize = keys.dtype.itemsize + (8 if positions else 0 if values is None else values.dtype.itemsize)
     owner = place(lengths, itemsize, holders(client, keys, values, group.workers), nranks)
     owned = tuple(tuple(k for k in range(len(lengths)) if owner[k] == r) for r in range(nranks))
-    ranks = corank.output_ranks(n, chunk)
-    sizes = tuple(int(c) for c in np.diff(ranks))
     blocks = output_blocks(ranks, nranks)
     plan = Plan(
-        token=tokenize(keys, values, descending, backend, positions, keys_returned, chunk, group, owned),
-        group=group, owned=owned, declared=tuple(declared_chunks(keys, values, 0, len(lengths))),
+        token=tokenize(keys, values, descending, backend, positions, keys_returned, ranks, group, owned),
+        group=group, owned=owned, declared=tuple(declared),
         edges=tuple(int(ranks[a]) for a, _ in blocks) + (n,), positions=positions,
         merge_all=not stable and keys.dtype.kind in "iubmM", scheme=order.scheme_for(stable, keys_returned),
         backend=backend, key_dtype=np.dtype(keys.dtype),
@@ -117,19 +134,13 @@ def sort(keys: da.Array, values: da.Array | None, *, descending: bool, backend: 
     # Rank r's task runs on worker r of the group: the scheduler pins it there (comms.RankPlacement).
     name, ranked = "collective-" + plan.token, "ranked-" + plan.token
     dsk = {(name, r): comms.RankTask((name, r), sort_on_rank, plan, r,
-                                     *[None if x is None else TaskRef(x)
-                                       for a in owned[r] for x in chunk_inputs(keys, values, a, a + 1)],
+                                     *[None if x is None else TaskRef(x) for k in owned[r] for x in inputs[k]],
                                      worker=group.workers[r])
            for r in range(nranks)}
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[keys] if values is None else [keys, values])
     graph = HighLevelGraph({**graph.layers, ranked: {(ranked, r): (_ranked, (name, r)) for r in range(nranks)}},
                            {**graph.dependencies, ranked: {name}})
-    after = [(ranked, r) for r in range(nranks)]
-    out = _field(graph, name, 0, "sorted", (sizes,), keys._meta, keys.dtype, blocks, after=(ranked, after))
-    if plan.value_dtype is None:
-        return out, None
-    return out, _field(graph, name, 1, "sorted-values", (sizes,), keys._meta, plan.value_dtype, blocks,
-                       after=(ranked, after))
+    return Ranks(graph, name, ranked, [(ranked, r) for r in range(nranks)], blocks, plan.value_dtype)
 
 
 def _ranked(block: Pair) -> None:
@@ -298,7 +309,7 @@ def _slices(runs: list[Pair], buffers: tuple, splits: np.ndarray, index: dict, r
             part = [keys[a:b]] + ([] if values is None else [values[a:b]])
             if p == rank:  # copied now, so that the runs can go before the merge
                 for dst, src in zip(_piece(buffers, k), part):
-                    _copy(dst, src)
+                    copy_into(dst, src)
             else:
                 out += part
         if p != rank:
@@ -313,12 +324,9 @@ def _form_runs(plan: Plan, rank: int, runs: list[list[int]], data: Sequence[Any]
     """This rank's runs, sorted: ``data`` holds its chunks' keys and values, interleaved, in chunk order."""
     at = {k: j for j, k in enumerate(plan.owned[rank])}
     offsets = np.concatenate(([0], np.cumsum([d[1] for d in plan.declared]))).tolist()
-    formed = []
-    for run in runs:
-        parts = [x for k in run for x in data[2 * at[k]:2 * at[k] + 2]]
-        pair = chunks.gathered([plan.declared[k] for k in run], offsets[run[0]] if plan.positions else None, parts)
-        formed.append(chunks.sort_pair(plan.backend, plan.descending, plan.scheme, *pair, overwrite=len(run) > 1))
-    return formed
+    return [chunks.sort_chunks(plan.backend, plan.descending, plan.scheme, offsets[run[0]] if plan.positions else None,
+                               [plan.declared[k] for k in run], *[x for k in run for x in data[2 * at[k]:2 * at[k] + 2]])
+            for run in runs]
 
 
 def _buffers(plan: Plan, runs: list[Pair], sizes: np.ndarray, okey: np.dtype) -> tuple[Any, Any, list[int], np.ndarray]:
@@ -350,13 +358,3 @@ def _by_run(gathered: Sequence[np.ndarray], counts: Sequence[Sequence[int]], dty
         for i in range(len(sizes)):
             out[index[r, i]] = flat[starts[i]:starts[i + 1]]
     return out
-
-
-def _copy(dst: Any, src: Any) -> None:
-    """``src`` into ``dst`` (same length and dtype): by the copy engine on a GPU."""
-    if not len(src):
-        return
-    if isinstance(dst, np.ndarray):
-        dst[...] = src
-    else:
-        dst.data.copy_from_device_async(src.data, src.nbytes)

@@ -391,8 +391,8 @@ def sort(
     if method in ("p2p", "collective") and keys.shape[0]:
         group = collective_group(keys, values, backend, forced=method == "collective")
         if group is not None:
-            return collective.sort(keys, values, descending=descending, backend=backend, chunk=chunk,
-                                   positions=positions, keys_returned=keys_returned, group=group, client=_client())
+            return _sort_on_ranks(keys, values, descending=descending, backend=backend, chunk=chunk,
+                                  positions=positions, keys_returned=keys_returned, group=group)
         return _sort_across_workers(keys, values, descending=descending, backend=backend, chunk=chunk,
                                     positions=positions, keys_returned=keys_returned)
     if whole_on_gpu(keys, values, backend, positions, descending, keys_returned):
@@ -427,6 +427,24 @@ def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forc
                          f"bytes; got keys of shape {keys.shape}"
                          + ("" if values is None else f" and values {values.dtype} of shape {values.shape}"))
     return group
+
+
+def _sort_on_ranks(keys: da.Array, values: da.Array | None, *, descending: bool, backend: Any,
+                   chunk: int | tuple[int, ...], positions: bool, keys_returned: bool, group: comms.Group
+                   ) -> tuple[da.Array, da.Array | None]:
+    """:func:`sort` as one task per worker of ``group`` (:mod:`gpusort.collective`); output chunks views of their rank's block."""
+    nchunks = keys.numblocks[0]
+    ranks = corank.output_ranks(int(keys.shape[0]), chunk)
+    sizes = (tuple(int(c) for c in np.diff(ranks)),)
+    on = collective.rank_graph(keys, values, descending=descending, backend=backend, ranks=ranks, positions=positions,
+                               keys_returned=keys_returned, group=group, client=_client(),
+                               declared=declared_chunks(keys, values, 0, nchunks),
+                               inputs=[chunk_inputs(keys, values, k, k + 1) for k in range(nchunks)])
+    after = (on.ranked, on.waits)
+    out = _field(on.graph, on.name, 0, "sorted", sizes, keys._meta, keys.dtype, on.blocks, after=after)
+    if on.value_dtype is None:
+        return out, None
+    return out, _field(on.graph, on.name, 1, "sorted-values", sizes, keys._meta, on.value_dtype, on.blocks, after=after)
 
 
 #: The sort footprint the graph assumes any default GPU memory budget holds

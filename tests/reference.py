@@ -300,3 +300,25 @@ def assert_same_keys(got: np.ndarray, want: np.ndarray, bits: str = "multiset", 
 def assert_same_keys_along(got: np.ndarray, want: np.ndarray, axis: int, bits: str = "multiset") -> None:
     """:func:`assert_same_keys` for N-D arrays sorted along ``axis``: the multiset of bits is per row."""
     assert_same_keys(got, want, bits, axis)
+
+
+def sorts_of(x_dask, values_dask, chunk: int) -> tuple:
+    """The four sorts a backend's exactness tests compare (:func:`assert_sorts_exact`), as Dask arrays."""
+    import gpusort
+
+    return (gpusort.sort(x_dask, chunks=chunk), gpusort.argsort(x_dask),
+            gpusort.sort_by_key(x_dask, values_dask, descending=True), gpusort.sort(x_dask, descending=True))
+
+
+def assert_sorts_exact(x: np.ndarray, s, p, k, v, sd) -> None:
+    """``sort``, ``argsort``, descending ``sort_by_key`` with int32 positions and descending ``sort`` of ``x``.
+
+    Keys are compared as bytes: the output must hold the input's exact bits.
+    """
+    stable = np.argsort(x, kind="stable")
+    np.testing.assert_array_equal(s.view(np.uint8), x[stable].view(np.uint8))
+    np.testing.assert_array_equal(p, stable)
+    desc = ref_argsort(x, descending=True)
+    np.testing.assert_array_equal(v, desc.astype(np.int32))
+    np.testing.assert_array_equal(k.view(np.uint8), x[desc].view(np.uint8))
+    np.testing.assert_array_equal(sd.view(np.uint8), x[desc].view(np.uint8))

@@ -17,7 +17,7 @@ from distributed import Client, LocalCluster, wait
 import gpusort
 import hostcomms
 from gpusort import collective, comms, corank
-from reference import make_keys, ref_argsort
+from reference import assert_sorts_exact, make_keys, sorts_of
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +47,8 @@ def test_sort_argsort_and_pairs_exact(client, rng, dtype, pattern):
     chunks = (7_000, 0, 1, 5_000, 18_010)
     keys = da.from_array(x, chunks=(chunks,))
     values = da.from_array(np.arange(x.size, dtype=np.int32), chunks=(chunks,))
-    s, p, (k, v), sd = dask.compute(gpusort.sort(keys, chunks=4_000), gpusort.argsort(keys),
-                                    gpusort.sort_by_key(keys, values, descending=True),
-                                    gpusort.sort(keys, descending=True))
-    stable = np.argsort(x, kind="stable")
-    np.testing.assert_array_equal(s.view(np.uint8), x[stable].view(np.uint8))  # the input's exact bits
-    np.testing.assert_array_equal(p, stable)
-    desc = ref_argsort(x, descending=True)
-    np.testing.assert_array_equal(v, desc.astype(np.int32))
-    np.testing.assert_array_equal(k.view(np.uint8), x[desc].view(np.uint8))
-    np.testing.assert_array_equal(sd.view(np.uint8), x[desc].view(np.uint8))
+    s, p, (k, v), sd = dask.compute(*sorts_of(keys, values, 4_000))
+    assert_sorts_exact(x, s, p, k, v, sd)
 
 
 def test_graph_is_a_task_per_worker_and_a_view_per_chunk(client):

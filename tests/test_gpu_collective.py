@@ -19,7 +19,7 @@ from distributed import Client, wait  # noqa: E402
 
 import gpusort  # noqa: E402
 from gpusort import comms  # noqa: E402
-from reference import make_keys, ref_argsort  # noqa: E402
+from reference import assert_sorts_exact, make_keys, sorts_of  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multi_gpu, pytest.mark.timeout(300)]
 
@@ -50,22 +50,10 @@ def test_sort_argsort_and_pairs_exact_across_gpus(client, rng, dtype, pattern):
     chunks = (300_000, 0, 1, 200_000, 500_002)
     keys = on_gpu(x, chunks)
     values = on_gpu(np.arange(x.size, dtype=np.int32), chunks)
-    graphs = (gpusort.sort(keys, chunks=250_000), gpusort.argsort(keys),
-              gpusort.sort_by_key(keys, values, descending=True), gpusort.sort(keys, descending=True))
+    graphs = sorts_of(keys, values, 250_000)
     assert collective_tasks(graphs[0]) == len(client.scheduler_info()["workers"])
-    s, p, k, v, sd = (cupy.asnumpy(a) for a in _flatten(dask.compute(*graphs)))
-    stable = np.argsort(x, kind="stable")
-    np.testing.assert_array_equal(s.view(np.uint8), x[stable].view(np.uint8))
-    np.testing.assert_array_equal(p, stable)
-    desc = ref_argsort(x, descending=True)
-    np.testing.assert_array_equal(v, desc.astype(np.int32))
-    np.testing.assert_array_equal(k.view(np.uint8), x[desc].view(np.uint8))
-    np.testing.assert_array_equal(sd.view(np.uint8), x[desc].view(np.uint8))
-
-
-def _flatten(results):
-    s, p, (k, v), sd = results
-    return s, p, k, v, sd
+    s, p, (k, v), sd = dask.compute(*graphs)
+    assert_sorts_exact(x, *(cupy.asnumpy(a) for a in (s, p, k, v, sd)))
 
 
 def test_persisted_chunks_sort_in_place_five_times(client):
