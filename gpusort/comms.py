@@ -175,7 +175,15 @@ class Collectives:
 
     @contextlib.contextmanager
     def turn(self, token: str) -> Iterator["Collectives"]:
-        """The communicator for this sort alone, once every rank is in the sort ``token``."""
+        """The communicator for this sort alone, once every rank is in the sort ``token``.
+
+        The rank's task leaves its worker's thread pool first, for good: a
+        task that waits for its peers (whose inputs may still have to be
+        computed on this worker) or for other sorts to finish must not hold
+        one of the worker's threads, or a cluster whose threads all hold
+        waiting ranks deadlocks (dask-cuda's workers have one thread).
+        """
+        _leave_thread_pool()
         mine = np.frombuffer(hashlib.blake2b(token.encode(), digest_size=16).digest(), np.uint8)
         deadline = time.monotonic() + HANDSHAKE_TIMEOUT
         while True:
@@ -190,14 +198,16 @@ class Collectives:
                         self._done.add(bytes(mine))
                     return
             # Ranks in different sorts: the least token goes first on every rank, the
-            # others step out of its way until it is done here (or a moment passes).
+            # others wait until it is done here (or a moment passes) and ask again.
             first = min(tokens)
             if time.monotonic() >= deadline:
                 self.abort("ranks stayed in different sorts")
                 raise CommError(f"communicator {self.key!r}: other sorts kept these workers busy for "
                                 f"{HANDSHAKE_TIMEOUT:.0f} s; run one collective sort at a time on a cluster")
             if bytes(mine) != first:
-                _step_aside(lambda: first in self._done or self.broken is not None, seconds=0.05)
+                end = time.monotonic() + 0.05
+                while not (first in self._done or self.broken is not None) and time.monotonic() < end:
+                    time.sleep(0.001)
 
     # --- collectives ---
 
@@ -363,21 +373,14 @@ def _messages(a: Any) -> list[tuple[int, int, int]]:
             for i in range(0, count, MESSAGE_ELEMENTS)]
 
 
-def _step_aside(ready: Any, seconds: float) -> None:
-    """Wait until ``ready()`` or ``seconds`` pass, out of the worker's thread pool so other sorts' tasks run."""
-    from distributed import rejoin, secede
+def _leave_thread_pool() -> None:
+    """Run the rest of this task outside its worker's thread pool (nothing outside a worker's task)."""
+    from distributed import secede
 
     try:
         secede()
-    except Exception:  # not in a worker's task
-        time.sleep(seconds)
-        return
-    try:
-        end = time.monotonic() + seconds
-        while not ready() and time.monotonic() < end:
-            time.sleep(0.001)
-    finally:
-        rejoin()
+    except ValueError:  # not in a worker's task: a test's thread
+        pass
 
 
 def _gone(workers: Sequence[str]) -> str:

@@ -7,6 +7,7 @@ and the turn and agreement of the communicators, checked against NumPy.
 """
 
 import threading
+import time
 
 import dask
 import dask.array as da
@@ -102,6 +103,30 @@ def test_two_sorts_at_once_take_turns(client):
     futures = [client.compute(y) for y in ys]
     for x, f in zip(xs, futures):
         np.testing.assert_array_equal(f.result(timeout=120), np.sort(x))
+
+
+def test_many_sorts_at_once_on_workers_of_one_thread(monkeypatch):
+    """Ranks that wait for their peers, or for other sorts, hold none of a worker's threads.
+
+    Four sorts whose inputs are computed in the same graph, on workers of one
+    thread (dask-cuda's default): a rank that held its thread while it waited
+    would leave no thread for the inputs of the ranks it waits for.
+    """
+    monkeypatch.setattr(comms, "HANDSHAKE_TIMEOUT", 30.0)  # a deadlock fails the test instead of hanging it
+    rng = np.random.default_rng(8)
+    xs = [rng.integers(0, 1_000, 60_000) for _ in range(4)]
+
+    def slow(block):  # inputs that take a moment, so that some ranks start before their peers' inputs exist
+        time.sleep(0.005)
+        return block
+
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+        with Client(cluster) as c, dask.config.set({"gpusort.exchange": "collective"}):
+            hostcomms.install(c)
+            ys = [gpusort.sort(da.from_array(x, chunks=5_000).map_blocks(slow, dtype=x.dtype)) for x in xs]
+            got = dask.compute(*ys)
+    for x, y in zip(xs, got):
+        np.testing.assert_array_equal(y, np.sort(x))
 
 
 def test_a_failing_rank_fails_the_sort_everywhere(client):
