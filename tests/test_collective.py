@@ -6,6 +6,7 @@ splitters, exchange and merge, the graph's placement of chunks and output,
 and the turn and agreement of the communicators, checked against NumPy.
 """
 
+import hashlib
 import threading
 import time
 
@@ -160,6 +161,40 @@ def test_place_keeps_chunks_where_they_are_within_a_share():
     loads = np.bincount(owner, minlength=3)
     assert loads.max() <= 5  # 4 a rank, and an eighth to spare
     assert collective.place(lengths, 8, [None] * 12, 3) == [0] * 4 + [1] * 4 + [2] * 4
+
+
+def test_a_sort_whose_rank_is_yet_to_come_does_not_hold_up_a_sort_that_is_ready(monkeypatch):
+    """Rank 1 starts sort ``late`` only once sort ``ready`` has ended there (as a sort of another sort's
+    output would): ``ready`` must run first on both ranks, though ``late`` is the least token."""
+    monkeypatch.setattr(comms, "HANDSHAKE_TIMEOUT", 10.0)  # a deadlock fails the test instead of hanging it
+
+    def digest(token: str) -> bytes:
+        return hashlib.blake2b(token.encode(), digest_size=16).digest()
+
+    late, ready = sorted(["p", "q"], key=digest)
+    table = hostcomms._Table()
+    ranks = [hostcomms.HostComm(table, ("a", "b"), r, "k") for r in range(2)]
+    order: list[tuple[int, str]] = []
+    ended = threading.Event()
+
+    def one(rank: int, token: str, after: threading.Event | None = None) -> None:
+        if after is not None:
+            after.wait(30)
+        with ranks[rank].turn(token):
+            order.append((rank, token))
+            got = ranks[rank].all_gather(np.array([rank], np.uint8), [1, 1])
+            assert [int(g[0]) for g in got] == [0, 1]
+        if (rank, token) == (1, ready):
+            ended.set()
+
+    threads = [threading.Thread(target=one, args=args)
+               for args in [(0, late), (0, ready), (1, ready), (1, late, ended)]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(order) == sorted([(0, late), (0, ready), (1, ready), (1, late)])
+    assert [t for r, t in order if r == 0] == [t for r, t in order if r == 1] == [ready, late]
 
 
 def test_turn_handshake_is_the_first_call_and_ends_with_the_sort():
