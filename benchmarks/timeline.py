@@ -13,7 +13,7 @@ with CUDA events: ``cupy.sort`` and ``gpusort.gpu.sort`` of their
 concatenation, the peers of the same run.  Every result is verified.
 
 bench_exchange.py gives the table; this says why the table reads as it
-does (benchmarks/NOTES.md, version 15)::
+does (benchmarks/NOTES.md, the P2P exchange on one and two GPUs)::
 
     python benchmarks/timeline.py --n 2**30 --chunks 32 --gpus 1
     python benchmarks/timeline.py --n 2**31 --chunks 64 --gpus 2 --repeat 4
