@@ -48,7 +48,11 @@ def sort_values(
     ascending: bool | Sequence[bool] = True,
     npartitions: int | None = None,
     *,
+    axis: int | str = 0,
+    inplace: bool = False,
+    kind: str = "stable",
     na_position: str = "last",
+    ignore_index: bool = False,
     key: Callable[[pd.Series], Any] | None = None,
     backend: str | None = None,
     gpu_memory_budget: int | str | None = None,
@@ -64,9 +68,9 @@ def sort_values(
     ----------
     df : dask.dataframe.DataFrame
         pandas-backed.  Key columns: integers, floats, bool, datetime64
-        (tz-aware too), timedelta64, strings, or categoricals with known
-        categories.  Other columns and the index (a MultiIndex too): any of
-        those, or complex.
+        (tz-aware too), timedelta64, strings, ``object`` columns of ints or
+        of floats, or categoricals with known categories.  Other columns
+        and the index (a MultiIndex too): any of those, or complex.
     by : label or list of labels
         The key columns, the first primary; the index's name (a level's
         name, for a MultiIndex) may stand for the index (that level).  An
@@ -74,8 +78,22 @@ def sort_values(
     ascending : bool or list of bool
         The direction of every key, or one per key; ints are taken as
         pandas takes them (``0`` is descending).
+    axis : {0, "index"}
+        pandas' argument: rows are sorted; ``axis=1`` (sorting the columns)
+        is refused with a ``NotImplementedError``.
+    inplace : bool
+        pandas' argument: ``False``; a Dask DataFrame cannot change in
+        place, so ``True`` is refused with a ``NotImplementedError``.
+    kind : {"stable", "mergesort", "quicksort", "heapsort"}
+        pandas' argument: every kind sorts stably, which is pandas' order
+        for ``"stable"`` and ``"mergesort"``, and for the others wherever
+        keys do not tie.
     na_position : {"last", "first"}
         Where every key's NaN and NaT go, in either direction.
+    ignore_index : bool
+        Whether the result's index is ``0, 1, ..., len(df) - 1`` (a
+        ``RangeIndex`` in every partition) in place of ``df``'s, which is
+        then not moved at all.
     key : callable, optional
         pandas' vectorized key: called on every key column (a Series) of
         every partition before the sort, it returns keys of the same length
@@ -99,7 +117,8 @@ def sort_values(
     -----
     Building the result computes the lengths of ``df``'s partitions, which
     a Dask DataFrame does not know (as ``df.to_dask_array(lengths=True)``
-    does), and the longest string of every string column in the same pass:
+    does), and the longest string of every string column (or what an
+    ``object`` column holds: strings, ints or floats) in the same pass:
     that computes ``df`` once, so persist a DataFrame that is costly to
     compute.  Nothing else runs until the result is computed.
 
@@ -125,10 +144,12 @@ def sort_values(
     [2, 2]
     """
     meta = _check_frame(df)
+    _check_pandas_options(axis, inplace, kind, ignore_index)
     keys = _key_fields(meta, by)
     descending = _directions(ascending, len(keys))
     if na_position not in ("last", "first"):
-        raise ValueError(f"invalid na_position: {na_position!r}; use 'last' or 'first'")
+        # Dask's message, with pandas' "invalid na_position" before it.
+        raise ValueError(f"invalid na_position: {na_position!r}; na_position must be either 'first' or 'last'")
     if key is not None and not callable(key):
         raise TypeError(f"key must be a callable that maps a Series to keys of its length, or None; got {key!r}")
     if npartitions is None:
@@ -140,7 +161,7 @@ def sort_values(
         return df
     spec = SortOptions.of(backend=backend, gpu_memory_budget=gpu_memory_budget).spec(np.empty(0))
     lengths, widths = _measured(df, meta, keys, key)  # the one thing computed now
-    plan = _plan(df, meta, keys, descending, na_position == "first", key, widths)
+    plan = _plan(df, meta, keys, descending, na_position == "first", key, widths, ignore_index)
     okeys, records = _encoded(df, plan, lengths)
     n = sum(lengths)
     per = max(1, -(-n // npartitions))
@@ -149,7 +170,10 @@ def sort_values(
     decode = dask.delayed(_decode, pure=True)
     # Unoptimized: Dask's fusion of array tasks loses the tasks of DataFrames made by from_delayed.
     blocks = (x.to_delayed(optimize_graph=False).ravel() for x in (okeys, records))
-    parts = [decode(plan, k, r) for k, r in zip(*blocks)]
+    starts = np.cumsum((0,) + sizes[:-1]).tolist()  # each partition's first row: its RangeIndex for ignore_index
+    parts = [decode(plan, k, r, start) for k, r, start in zip(*blocks, starts)]
+    if ignore_index:
+        meta = meta.reset_index(drop=True)
     return dd.from_delayed(parts, meta=meta, divisions=None, verify_meta=False)
 
 
@@ -188,12 +212,17 @@ class _Field:
             return column.dt.tz_convert(None).to_numpy()
         if self.text:
             return text.records(column, self.storage["b"].shape[0], self.label)
-        return column.to_numpy()
+        return column.to_numpy(self.storage if self.objects else None)
 
     @property
     def text(self) -> bool:
         """Whether it travels as :mod:`gpusort.text` records of strings."""
-        return text.is_text(self.dtype)
+        return text.is_text(self.dtype) and self.storage.kind == "V"
+
+    @property
+    def objects(self) -> bool:
+        """Whether it is an ``object`` column of numbers, which travel as :data:`gpusort.text.NUMBERS`."""
+        return text.is_text(self.dtype) and self.storage.kind != "V"
 
     def missing(self, values: np.ndarray) -> np.ndarray:
         """Where :meth:`values` holds NaN, NaT, a missing category or a missing string."""
@@ -206,6 +235,8 @@ class _Field:
     def rebuild(self, values: np.ndarray) -> Any:
         if self.text:
             return text.strings(values, self.dtype)
+        if self.objects:  # an Index of dtype object, as text.strings makes: an array of ints would infer int64
+            return pd.Index(values.astype(object), dtype=object)
         if isinstance(self.dtype, pd.CategoricalDtype):
             return pd.Categorical.from_codes(values, dtype=self.dtype)
         if isinstance(self.dtype, pd.DatetimeTZDtype):
@@ -219,6 +250,7 @@ class _Plan:
 
     columns: tuple[_Field, ...]
     index: tuple[_Field, ...]
+    """The index's levels, none for ``ignore_index``."""
     multi_index: bool
     keys: tuple[_Field, ...]
     descending: tuple[bool, ...]
@@ -255,6 +287,24 @@ def _column(part: pd.DataFrame, position: int, label: Any) -> pd.Series:
 def _key_widths(f: _Field, descending: bool) -> list[int]:
     """Bit widths of one key's order-key columns (its missing values' column apart)."""
     return text.key_widths(f.storage["b"].shape[0]) if f.text else order.key_widths(f.storage, descending)
+
+
+def _check_pandas_options(axis: Any, inplace: Any, kind: Any, ignore_index: Any) -> None:
+    """Errors for pandas' arguments that sort_values does not take, of pandas' exception types where it has one."""
+    for argname, value in (("inplace", inplace), ("ignore_index", ignore_index)):
+        if not isinstance(value, (bool, np.bool_)):  # pandas' validate_bool_kwarg's type and words
+            raise ValueError(f'For argument "{argname}" expected type bool, received type {type(value).__name__}.')
+    if not isinstance(axis, bool) and axis in (1, "columns"):
+        raise NotImplementedError("sort_values does not support axis=1 (sorting the columns by rows' values): "
+                                  "a Dask DataFrame sorts its rows; sort a pandas frame's columns in pandas")
+    if isinstance(axis, bool) or axis not in (0, "index"):
+        raise ValueError(f"No axis named {axis!r} for object type DataFrame; sort_values sorts rows: axis=0")
+    if inplace:
+        raise NotImplementedError("sort_values does not support inplace=True: a Dask DataFrame cannot change in "
+                                  "place; assign the result instead: df = gpusort.sort_values(df, ...)")
+    if kind not in ("stable", "mergesort", "quicksort", "heapsort"):
+        raise ValueError(f"kind must be 'stable', 'mergesort', 'quicksort' or 'heapsort' (every one sorts "
+                         f"stably); got {kind!r}")
 
 
 def _check_frame(df: Any) -> pd.DataFrame:
@@ -302,9 +352,9 @@ def _same_label(column: Any, label: Any) -> bool:
 def _directions(ascending: Any, nkeys: int) -> tuple[bool, ...]:
     """Whether each key sorts largest first, from ``ascending`` (one bool, or one per key), as pandas reads it."""
     if isinstance(ascending, (list, tuple)):
-        if len(ascending) != nkeys:
-            raise ValueError(f"ascending has {len(ascending)} entries but by names {nkeys} columns; "
-                             "give one bool per column, or a single bool")
+        if len(ascending) != nkeys:  # pandas' words, which Dask's tests look for too
+            raise ValueError(f"Length of ascending ({len(ascending)}) != length of by ({nkeys}): "
+                             "give one bool per key, or a single bool")
         return tuple(not _direction(a, f"ascending[{i}]") for i, a in enumerate(ascending))
     return (not _direction(ascending, "ascending"),) * nkeys
 
@@ -321,17 +371,19 @@ def _field(meta: pd.DataFrame, label: Any, position: int, key: bool, widths: dic
            transform: Callable | None = None) -> _Field:
     """The field of one column (or index level), or an error that names it and the fix.
 
-    ``widths``: the longest string of every text column (by position), as measured.  ``dtype`` and
+    ``widths``: the longest string of every text column (by position), as measured, or the NumPy dtype that
+    an ``object`` column of numbers travels as (:func:`gpusort.text.content`).  ``dtype`` and
     ``transform``: a key's dtype after pandas' ``key=`` callable, which its values go through.
     """
-    what = ("df's index" if meta.index.nlevels == 1 else f"level {-1 - position} of df's index") if position < 0 \
-        else f"column {label!r}"
+    what = _what(meta, label, position)
     if transform is not None:
         what += " after key="
     if dtype is None:
         dtype = _dtype(meta, position)
     if isinstance(dtype, pd.DatetimeTZDtype):
         return _Field(label, position, dtype, np.dtype(f"datetime64[{dtype.unit}]"), transform)
+    if text.is_text(dtype) and isinstance(widths.get(position), np.dtype):
+        return _Field(label, position, dtype, widths[position], transform)
     if text.is_text(dtype) and (position in widths or transform is not None):
         return _Field(label, position, dtype, text.storage(widths.get(position, 0)), transform)
     if isinstance(dtype, pd.CategoricalDtype):
@@ -352,26 +404,53 @@ def _field(meta: pd.DataFrame, label: Any, position: int, key: bool, widths: dic
                     "datetimes, strings and categoricals; convert it first (e.g. astype(str), or a numeric dtype)")
 
 
+def _what(meta: pd.DataFrame, label: Any, position: int) -> str:
+    """How an error names a column, or a level of the index."""
+    if position >= 0:
+        return f"column {label!r}"
+    return "df's index" if meta.index.nlevels == 1 else f"level {-1 - position} of df's index"
+
+
 def _key_dtype(df: Any, label: Any, position: int, key: Callable) -> Any:
-    """A key's dtype after ``key=``, from what it makes of a few made-up rows (an empty Series may keep any)."""
-    return pd.Series(key(_column(df._meta_nonempty, position, label))).dtype
+    """A key's dtype after ``key=``, from what it makes of a few made-up rows (an empty Series may keep any).
+
+    A key that changes the rows' number is refused here, before any partition runs it: per partition, a
+    partition of one row could hide it.
+    """
+    sample = _column(df._meta_nonempty, position, label)
+    keys = pd.Series(key(sample))
+    if len(keys) != len(sample):  # pandas' words, which its tests look for
+        raise ValueError(f"User-provided `key` function must not change the shape of the array: key= returned "
+                         f"{len(keys)} keys for the {len(sample)} made-up rows of {label!r} (df._meta_nonempty); "
+                         "it must return one key a row")
+    return keys.dtype
 
 
 def _measured(df: Any, meta: pd.DataFrame, keys: list[tuple[Any, int]], key: Callable | None
-              ) -> tuple[tuple[int, ...], tuple[dict[int, int], dict[int, int]]]:
-    """The partitions' lengths, and the longest string of every text column and text key, in one pass.
+              ) -> tuple[tuple[int, ...], tuple[dict[int, Any], dict[int, int]]]:
+    """The partitions' lengths, what every text column holds and the longest string of every text key, in one pass.
 
-    Returns the lengths and two maps of widths by position: of the columns
-    (and index levels) as they are, and of the keys' results after ``key=``.
+    Returns the lengths and two maps by position: of the columns (and index
+    levels) as they are -- the longest string, or the NumPy dtype an
+    ``object`` column of numbers travels as -- and of the widths of the
+    keys' results after ``key=``.
     """
     fields = [(-1 - lv, name) for lv, name in enumerate(meta.index.names)] + list(enumerate(meta.columns))
     texts = [(p, label) for p, label in fields if text.is_text(_dtype(meta, p))]
     keyed = [(p, label) for label, p in keys if key is not None and text.is_text(_key_dtype(df, label, p, key))]
     stats = np.array(dask.compute(*[dask.delayed(_stats, pure=True)(part, texts, keyed, key)
-                                    for part in df.to_delayed()]), dtype=np.int64)
-    most = stats[:, 1:].max(axis=0).tolist()
-    return tuple(stats[:, 0].tolist()), ({p: w for (p, _), w in zip(texts, most)},
-                                         {p: w for (p, _), w in zip(keyed, most[len(texts):])})
+                                    for part in df.to_delayed()]), dtype=np.int64).reshape(-1, 1 + 2 * len(texts)
+                                                                                           + len(keyed))
+    held = {}
+    for j, (p, label) in enumerate(texts):
+        codes = set(stats[:, 1 + 2 * j].tolist()) - {0}
+        if len(codes) > 1:
+            raise TypeError(f"{_what(meta, label, p)} has dtype object and holds strings, ints or floats in "
+                            "some partitions and others elsewhere; sort_values moves object columns that are all "
+                            "str, all int or all float: convert it first (e.g. astype(str), or a numeric dtype)")
+        held[p] = text.NUMBERS[codes.pop()] if codes & text.NUMBERS.keys() else int(stats[:, 2 + 2 * j].max())
+    return tuple(stats[:, 0].tolist()), (held, {p: int(stats[:, 1 + 2 * len(texts) + j].max())
+                                                for j, (p, _) in enumerate(keyed)})
 
 
 def _dtype(meta: pd.DataFrame, position: int) -> Any:
@@ -380,25 +459,32 @@ def _dtype(meta: pd.DataFrame, position: int) -> Any:
 
 
 def _stats(part: pd.DataFrame, texts: list, keyed: list, key: Callable | None) -> list[int]:
-    """One partition's length, then the longest string of each of ``texts``, then of each key's result."""
-    out = [len(part)] + [text.longest(_column(part, p, label), label) for p, label in texts]
+    """One partition's length, what each of ``texts`` holds and its longest string, then each key's longest."""
+    out = [len(part)]
+    for p, label in texts:
+        column = _column(part, p, label)
+        held = text.content(column)
+        out += [held, text.longest(column, label) if held < 2 else 0]
     return out + [text.longest(pd.Series(key(_column(part, p, label))), label) for p, label in keyed]
 
 
 def _plan(df: Any, meta: pd.DataFrame, keys: list[tuple[Any, int]], descending: tuple[bool, ...], na_first: bool,
-          key: Callable | None, widths: tuple[dict[int, int], dict[int, int]]) -> _Plan:
+          key: Callable | None, widths: tuple[dict[int, int], dict[int, int]], ignore_index: bool) -> _Plan:
     if key is None:
         key_fields = tuple(_field(meta, label, i, True, widths[0]) for label, i in keys)
     else:
         key_fields = tuple(_field(meta, label, i, True, widths[1], _key_dtype(df, label, i, key), key)
                            for label, i in keys)
-    index = tuple(_field(meta, name, -1 - lv, False, widths[0]) for lv, name in enumerate(meta.index.names))
+    # For ignore_index, the index neither travels nor comes back (nor need its dtype be one that travels).
+    index = () if ignore_index else tuple(_field(meta, name, -1 - lv, False, widths[0])
+                                          for lv, name in enumerate(meta.index.names))
     columns = tuple(_field(meta, label, i, False, widths[0]) for i, label in enumerate(meta.columns))
     # Order keys of every dtype but floats decode to exactly their bits: float keys, keys through key= and
-    # index levels travel as records, with the other columns (always: a record is never empty).
+    # index levels travel as records, with the other columns.  A record is never empty: the first field
+    # travels where nothing else would.
     exact = {f.position for f in key_fields
              if f.storage.kind not in "fV" and f.key is None and f.position >= 0}
-    carried = tuple(f for f in (*index, *columns) if f.position not in exact)
+    carried = tuple(f for f in (*index, *columns) if f.position not in exact) or (*columns, *key_fields)[:1]
     # A 1-bit column before a key puts its missing values first or last: before strings and categoricals
     # (whose order keys know no missing value), and before floats and datetimes for na_position="first".
     where = "first" if na_first else "last"
@@ -442,8 +528,8 @@ def _records(plan: _Plan, part: pd.DataFrame) -> np.ndarray:
     return np.concatenate([v.view(np.uint8).reshape(len(part), v.dtype.itemsize) for v in fields], axis=1)
 
 
-def _decode(plan: _Plan, okeys: np.ndarray, records: np.ndarray) -> pd.DataFrame:
-    """One output partition from its sorted composite keys and records."""
+def _decode(plan: _Plan, okeys: np.ndarray, records: np.ndarray, start: int) -> pd.DataFrame:
+    """One output partition from its sorted composite keys and records; ``start``: its first row's number."""
     values: dict[int, np.ndarray] = {}
     at = 0
     for f in plan.carried:
@@ -452,11 +538,13 @@ def _decode(plan: _Plan, okeys: np.ndarray, records: np.ndarray) -> pd.DataFrame
     column = 0
     for f, d, na in zip(plan.keys, plan.descending, plan.na_column):
         column += na is not None
-        if f.position not in values:
+        if f.position >= 0 and f.position not in values:  # an index level's key travels when the index does
             values[f.position] = order.decode_column(plan.layout.unpack(okeys, column), f.storage, d, "tied")
         column += len(_key_widths(f, d))
     levels = [f.rebuild(values[f.position]) for f in plan.index]
-    if plan.multi_index:
+    if not plan.index:
+        index = pd.RangeIndex(start, start + len(records))
+    elif plan.multi_index:
         index = pd.MultiIndex.from_arrays(levels, names=[f.label for f in plan.index])
     else:
         index = pd.Index(levels[0], name=plan.index[0].label)

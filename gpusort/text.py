@@ -46,6 +46,30 @@ def _arrow(values: Any, label: Any) -> Any:
                         "(e.g. astype(str), or to a numeric dtype)") from exc
 
 
+NUMBERS = {2: np.dtype(np.int64), 3: np.dtype(np.float64)}
+"""What an object column of numbers travels as, by its :func:`content` code."""
+
+
+def content(values: pd.Series) -> int:
+    """What a column of text dtype holds: 0 no rows, 1 strings (or missing values), 2 ints, 3 floats.
+
+    Codes 2 and 3 are ``object`` columns of nothing but Python or NumPy
+    ints that fit ``int64`` (2), or floats, NaN too (3), which travel as
+    :data:`NUMBERS` and come back as objects; anything else is taken for
+    strings, which :func:`records` checks.
+    """
+    if not len(values):
+        return 0
+    inferred = pd.api.types.infer_dtype(values, skipna=False) if values.dtype == object else "string"
+    if inferred == "integer":
+        try:
+            values.to_numpy(np.int64)
+        except OverflowError:  # ints past int64: not numbers that travel, and not strings either
+            return 1
+        return 2
+    return 3 if inferred == "floating" else 1
+
+
 def longest(values: Any, label: Any) -> int:
     """The most UTF-8 bytes of one string of ``values`` (0 when there is none)."""
     import pyarrow.compute as pc

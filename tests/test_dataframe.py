@@ -137,7 +137,7 @@ def pdf_with(**columns) -> pd.DataFrame:
     (lambda: pdf_with(), "nope", {}, KeyError, r"by names 'nope'.*columns: \['k'\]"),
     (lambda: pdf_with(), ["k", "zz"], {}, KeyError, r"'zz'"),
     (lambda: pdf_with(j=[0, 1, 2]), ["k", "j"], {"ascending": [True]}, ValueError,
-     r"ascending has 1 entries but by names 2 columns"),
+     r"Length of ascending \(1\) != length of by \(2\)"),
     (lambda: pdf_with(), "k", {"ascending": "False"}, ValueError, r"ascending must be a bool .*got 'False'"),
     (lambda: pdf_with(), ["k"], {"ascending": [1.0]}, ValueError, r"ascending\[0\] must be a bool .* float"),
     (lambda: pdf_with(), "k", {"ascending": None}, ValueError, r"ascending must be a bool"),
@@ -145,6 +145,13 @@ def pdf_with(**columns) -> pd.DataFrame:
     (lambda: pdf_with(), "k", {"key": "abs"}, TypeError, r"key must be a callable"),
     (lambda: pdf_with(), "k", {"key": lambda s: s * 1j}, TypeError, r"column 'k' after key= has dtype complex128"),
     (lambda: pdf_with(), "k", {"npartitions": 0}, ValueError, r"npartitions must be a positive int"),
+    (lambda: pdf_with(), "k", {"key": lambda s: s[:1]}, ValueError, r"key.*must not change the shape.* 1 keys"),
+    (lambda: pdf_with(), "k", {"axis": 1}, NotImplementedError, r"does not support axis=1"),
+    (lambda: pdf_with(), "k", {"axis": "rows"}, ValueError, r"No axis named 'rows'"),
+    (lambda: pdf_with(), "k", {"inplace": True}, NotImplementedError, r"does not support inplace=True.*assign"),
+    (lambda: pdf_with(), "k", {"inplace": "no"}, ValueError, r'argument "inplace" expected type bool'),
+    (lambda: pdf_with(), "k", {"ignore_index": 1}, ValueError, r'argument "ignore_index" expected type bool'),
+    (lambda: pdf_with(), "k", {"kind": "bogo"}, ValueError, r"kind must be 'stable'.*got 'bogo'"),
     (lambda: pdf_with(s=[1 + 1j, 2j, 0j]), "s", {}, TypeError, r"column 's' has dtype complex128.* cannot sort by"),
     (lambda: pdf_with(n=pd.array([1, None, 2], "Int64")), "k", {}, TypeError, r"column 'n' has dtype Int64"),
 ])
@@ -159,6 +166,29 @@ def test_an_object_column_of_other_than_str_is_named():
         ddf = dd.from_pandas(pdf_with(o=pd.Series([b"a", 1, None], dtype=object)), npartitions=2)
         with pytest.raises(TypeError, match=r"column 'o' has dtype object but holds something other than str"):
             gpusort.sort_values(ddf, "k")
+
+
+def test_object_columns_of_ints_and_of_floats_sort_and_travel_as_objects():
+    """pandas' transposed frames hold numbers as objects: they sort as numbers and come back as objects.
+
+    Not in the index: pandas' concat of the partitions (``Index.append``)
+    infers int64 from an object Index of ints, whoever sorted it.
+    """
+    rng = np.random.default_rng(10)
+    pdf = pd.DataFrame({"i": pd.Series(rng.integers(-3, 3, 60).tolist(), dtype=object),
+                        "f": pd.Series(rng.choice([np.nan, -1.5, 0.0, 2.0], 60).tolist(), dtype=object),
+                        "s": pd.Series(rng.choice(["a", None, "b"], 60).tolist(), dtype=object)})
+    with dask.config.set({"dataframe.convert-string": False}):
+        for by, ascending in [("i", True), (["f", "i"], [False, True]), (["s", "i"], True)]:
+            pandas_like(pdf, by, cuts=(0, 25, 25, 50), ascending=ascending)
+        pandas_like(pdf, ["f", "i"], ascending=[True, False], na_position="first")
+
+
+def test_an_object_column_of_numbers_in_some_partitions_and_strings_in_others_is_named():
+    pdf = pd.DataFrame({"k": [2, 1, 2, 1], "o": pd.Series([1, 2, "a", "b"], dtype=object)})
+    with dask.config.set({"dataframe.convert-string": False}), \
+            pytest.raises(TypeError, match=r"column 'o' has dtype object and holds strings, ints or floats in some"):
+        gpusort.sort_values(pieces(pdf, [2]), "k")
 
 
 def test_what_is_not_a_dask_dataframe_is_refused():
@@ -203,6 +233,24 @@ def test_a_key_whose_dtype_changes_with_the_rows_is_named():
     pdf = frame(np.random.default_rng(8), 50)
     with pytest.raises(TypeError, match=r"key= returned dtype float64 for 't' in a partition, but int32"):
         gpusort.sort_values(pieces(pdf, [20]), "t", key=lambda s: s.dt.second).compute()
+
+
+@pytest.mark.parametrize("by, npartitions", [(["i", "f"], 3), ("ix", 2), (["f", "x"], 5)])
+def test_ignore_index_numbers_the_rows_in_every_partition(by, npartitions):
+    pdf = frame(np.random.default_rng(9), 40)
+    got = gpusort.sort_values(pieces(pdf, [7, 7, 30]), by, npartitions=npartitions, ignore_index=True,
+                              kind="quicksort")
+    assert isinstance(got._meta.index, pd.RangeIndex)
+    starts = got.map_partitions(lambda part: pd.Series([part.index.min()])).compute().tolist()
+    assert starts == list(range(0, 40, -(-40 // npartitions)))
+    pd.testing.assert_frame_equal(got.compute(), pdf.sort_values(by, kind="stable", ignore_index=True))
+
+
+def test_ignore_index_of_a_frame_whose_only_column_is_the_key():
+    """Nothing but the key would travel: it travels as a record too, as a record is never empty."""
+    pdf = pd.DataFrame({"k": [3, 1, 2, 1]}, index=pd.Index(["d", "c", "b", "a"], dtype=object))
+    got = gpusort.sort_values(dd.from_pandas(pdf, npartitions=2, sort=False), "k", ignore_index=True)
+    pd.testing.assert_frame_equal(got.compute(), pdf.sort_values("k", kind="stable", ignore_index=True))
 
 
 def test_by_nothing_returns_the_frame():
