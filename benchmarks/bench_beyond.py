@@ -18,6 +18,11 @@ before the clock starts and fresh every repetition:
                      (goal: 3x faster; gpusort exact against pandas).
 ``sort_values-big``  ``--big-frame-n`` rows the same way on a new cluster of the same
                      workers with ``--big-memory-limit`` each: does each finish, exact.
+``sort_values-string`` ``--frame-n`` rows (int64 k, float64 v, Arrow string s of 8 to
+                     16 ASCII letters, one of ``--distinct-strings`` values) in
+                     ``--frame-partitions`` partitions, sorted by s on the cluster:
+                     ``gpusort.sort_values`` against ``dask.dataframe``'s (issue 48's
+                     goal: 1.5x faster; gpusort exact against pandas' stable sort).
 
     python benchmarks/bench_beyond.py --workers 2           # every row at full size, 2 one-thread workers
     python benchmarks/bench_beyond.py --rows merge --merge-n 2**22 --repeat 1
@@ -35,7 +40,7 @@ from harness import Case, cluster, parse_args, persisted, run
 import gpusort
 from gpusort import runtime
 
-ROWS = ("merge", "gpu-merge", "sort_values", "sort_values-big")
+ROWS = ("merge", "gpu-merge", "sort_values", "sort_values-big", "sort_values-string")
 
 
 def main(argv=None) -> int:
@@ -48,6 +53,8 @@ def main(argv=None) -> int:
         p.add_argument("--gpu-merge-chunks", type=runtime.count, default=8, help="chunks of each GPU merge input")
         p.add_argument("--frame-n", type=runtime.count, default=2**24, help="rows of the sort_values frame")
         p.add_argument("--frame-partitions", type=runtime.count, default=16, help="its partitions")
+        p.add_argument("--distinct-strings", type=runtime.count, default=300_000,
+                       help="distinct values of the string frame's key")
         p.add_argument("--big-frame-n", type=runtime.count, default=2**26, help="rows of the big frame")
         p.add_argument("--big-frame-partitions", type=runtime.count, default=32, help="its partitions")
         p.add_argument("--big-memory-limit", type=runtime.size, default=2 * 2**30,
@@ -56,7 +63,7 @@ def main(argv=None) -> int:
 
     args = parse_args(__doc__, argv, options, cluster=True)
     failed = 0
-    if {"merge", "sort_values"} & set(args.rows):
+    if {"merge", "sort_values", "sort_values-string"} & set(args.rows):
         with cluster(args):
             if "merge" in args.rows:
                 failed |= run("beyond-merge", args, merge_cases(args.merge_n, args.merge_b_n or args.merge_n,
@@ -64,6 +71,11 @@ def main(argv=None) -> int:
             if "sort_values" in args.rows:
                 failed |= run("beyond-sort_values", args, frame_cases(args.frame_n, args.frame_partitions),
                               baseline="dask.dataframe", show=("partition_imbalance",))
+            if "sort_values-string" in args.rows:
+                cases = frame_cases(args.frame_n, args.frame_partitions, by=["s"],
+                                    make=lambda n, parts, seed: string_frame(n, parts, seed, args.distinct_strings))
+                failed |= run("beyond-sort_values-string", args, cases, baseline="dask.dataframe",
+                              show=("partition_imbalance",))
     if "sort_values-big" in args.rows:
         with runtime.from_options(args, kind="local", memory_limit=args.big_memory_limit):
             cases = frame_cases(args.big_frame_n, args.big_frame_partitions, once=True)
@@ -172,13 +184,48 @@ def _frame_part(start: int, n: int, per: int, seed: int) -> pd.DataFrame:
                          "v": rng.standard_normal(rows)}, index=pd.RangeIndex(start, start + rows))
 
 
-def frame_cases(n: int, partitions: int, once: bool = False) -> list[Case]:
-    """gpusort's sort_values (checked exactly against pandas) and dask.dataframe's (checked by its keys)."""
-    params = {"n": n, "dtype": "int64,int64,float64", "chunks": partitions}
-    by = ["k1", "k2"]
+def string_frame(n: int, partitions: int, seed: int, distinct: int) -> dd.DataFrame:
+    """``n`` rows: k any int64, v float64, s an Arrow string drawn from ``distinct`` values; index 0 … n-1."""
+    per = -(-n // partitions)
+    meta = pd.DataFrame({"k": np.zeros(0, np.int64), "v": np.zeros(0),
+                         "s": pd.Series([], dtype=pd.StringDtype("pyarrow"))})
+    return dd.from_map(_string_part, list(range(0, n, per)), n=n, per=per, seed=seed, distinct=distinct, meta=meta,
+                       enforce_metadata=False)
+
+
+def _string_part(start: int, n: int, per: int, seed: int, distinct: int) -> pd.DataFrame:
+    rng = np.random.default_rng([seed, start])
+    rows = min(per, n - start)
+    s = pd.array(_vocabulary(distinct).take(rng.integers(0, distinct, rows)), dtype=pd.StringDtype("pyarrow"))
+    return pd.DataFrame({"k": rng.integers(-(2**62), 2**62, rows), "v": rng.standard_normal(rows), "s": s},
+                        index=pd.RangeIndex(start, start + rows))
+
+
+def _vocabulary(distinct: int) -> np.ndarray:
+    """``distinct`` strings of 8 to 16 lowercase ASCII letters (as names and words are), the same in every task.
+
+    Made again by every partition's task (untimed, in the setup): a cached
+    one would make ``from_map``'s function impossible to tokenize.
+    """
+    rng = np.random.default_rng(48)
+    letters = rng.integers(ord("a"), ord("z") + 1, (distinct, 16), dtype=np.uint8)
+    lengths = rng.integers(8, 17, distinct)
+    return np.array([row[:length].tobytes().decode() for row, length in zip(letters, lengths)], dtype=object)
+
+
+def frame_cases(n: int, partitions: int, once: bool = False, by: list[str] | None = None,
+                make=None) -> list[Case]:
+    """gpusort's sort_values (checked exactly against pandas) and dask.dataframe's (checked by its keys).
+
+    ``by`` defaults to ``["k1", "k2"]`` of :func:`frame`; ``make(n, partitions, seed)`` builds another frame.
+    """
+    make = make or frame
+    by = by or ["k1", "k2"]
+    probe = make(1, 1, 0)._meta
+    params = {"n": n, "dtype": ",".join(str(t) for t in probe.dtypes), "chunks": partitions}
 
     def inputs(rep):
-        return persisted_frame(frame(n, partitions, rep))
+        return persisted_frame(make(n, partitions, rep))
 
     def check(exact):
         def compare(df, out):

@@ -44,7 +44,8 @@ import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
 from dask.base import tokenize
-from dask.highlevelgraph import HighLevelGraph
+from dask._task_spec import DataNode, List, Task, TaskRef
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from gpusort import budget as plan
 from gpusort import chunks as tasks
@@ -133,13 +134,17 @@ def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[in
     name and keys of it) are tasks every chunk waits for, unread.
     """
     out = f"{label}-{tokenize(name, field, decoded, chunks, blocks)}"
+    # Task objects, not tuples: an output chunk a task, tens of thousands of
+    # them at tiny chunks, each of which Dask would otherwise parse as a
+    # legacy task in every pass over the graph (culling, fusing, running).
     if blocks is None:
-        dsk = {(out, i): (operator.getitem, (name, i), field) for i in range(len(chunks[0]))}
+        dsk = {(out, i): Task((out, i), operator.getitem, TaskRef((name, i)), field) for i in range(len(chunks[0]))}
     else:
         starts = np.concatenate(([0], np.cumsum(chunks[0]))).tolist()
-        waits = () if after is None else (list(after[1]),)
+        waits = () if after is None else (List(*(TaskRef(k) for k in after[1])),)
         dsk = {
-            (out, i): (_cut, (name, t), field, starts[i] - starts[a], starts[i + 1] - starts[a], decoded, *waits)
+            (out, i): Task((out, i), _cut, TaskRef((name, t)), field, starts[i] - starts[a], starts[i + 1] - starts[a],
+                           decoded, *waits)
             for t, (a, b) in enumerate(blocks)
             for i in range(a, b)
         }
@@ -260,11 +265,54 @@ def declared_chunks(keys: da.Array, values: da.Array | None, a: int, b: int) -> 
     return [(k, int(keys.chunks[0][k]), keys.dtype, vdtype) for k in range(a, b)]
 
 
-def chunk_inputs(keys: da.Array, values: da.Array | None, a: int, b: int) -> list:
-    """The task keys of chunks ``a … b-1``, keys and values interleaved, as :func:`gpusort.chunks.gathered` takes them."""
-    kkeys = _block_keys(keys)
-    vkeys = _block_keys(values) if values is not None else [None] * len(kkeys)
+def chunk_inputs(keys: da.Array, values: da.Array | None, a: int, b: int, data: bool = False) -> list:
+    """The task keys of chunks ``a … b-1``, keys and values interleaved, as :func:`gpusort.chunks.gathered` takes them.
+
+    With ``data=True`` a chunk the graph holds as data is passed as itself
+    instead of by its key (:func:`block_inputs`): for tasks that run in this
+    process, on a local scheduler.
+    """
+    blocks = block_inputs if data else _block_keys
+    kkeys = blocks(keys)
+    vkeys = blocks(values) if values is not None else [None] * len(kkeys)
     return [x for k in range(a, b) for x in (kkeys[k], vkeys[k])]
+
+
+def block_inputs(x: da.Array) -> list:
+    """What a task reads for each block of ``x``: the chunk itself where the graph holds it as data, else its key.
+
+    ``da.from_array`` of a NumPy array (and ``persist`` on a local scheduler)
+    puts every chunk in the graph as data.  Dask's threaded scheduler keeps
+    each such key in its cache from the start and, for every other task,
+    subtracts a set built from that whole cache (``start_state_from_dask``,
+    Dask 2026.7.1): time in tasks x chunks held, 3.2 s for 15,676 tasks
+    reading 17,011 one-element chunks.  Passed as task arguments, the chunks
+    are no keys, and nothing reads the input's layer any more, so it is
+    culled.  Only a materialized layer is looked into: any other would be
+    materialized by the look.
+    """
+    keys = _block_keys(x)
+    layer = x.__dask_graph__().layers.get(x.name)
+    if not isinstance(layer, MaterializedLayer):
+        return keys
+    return [_held_chunk(layer.mapping.get(k), k) for k in keys]
+
+
+def read_by_key(arrays: list[da.Array]) -> list[da.Array]:
+    """Those of ``arrays`` that tasks built from :func:`block_inputs` still read by key: their graph's dependencies.
+
+    An input whose every chunk is passed as data must not be one: Dask's
+    ``HighLevelGraph.cull`` keeps every layer whole once no key is left to
+    look for, so its chunks would stay in the graph (and in the threaded
+    scheduler's cache) all the same.
+    """
+    return [x for x in arrays if any(b is k for b, k in zip(block_inputs(x), _block_keys(x)))]
+
+
+def _held_chunk(task: Any, key: Any) -> Any:
+    """The chunk a graph holds as data under ``key`` (a DataNode, or an array in the legacy form), else ``key``."""
+    value = task.value if isinstance(task, DataNode) else task
+    return value if isinstance(value, np.ndarray) or is_cupy(value) else key
 
 
 def form_runs(
@@ -295,9 +343,9 @@ def form_runs(
     name = "runs-" + tokenize(keys, values, descending, backend, positions, scheme, groups)
     offsets = np.concatenate(([0], np.cumsum(lengths))).tolist()
     dsk = {(name, r): (tasks.sort_chunks, backend, descending, scheme, offsets[a] if positions else None,
-                       declared_chunks(keys, values, a, b), *chunk_inputs(keys, values, a, b))
+                       declared_chunks(keys, values, a, b), *chunk_inputs(keys, values, a, b, data=True))
            for r, (a, b) in enumerate(groups)}
-    deps = [keys] if values is None else [keys, values]
+    deps = read_by_key([keys] if values is None else [keys, values])
     return Runs(
         HighLevelGraph.from_collections(name, dsk, dependencies=deps),
         name,

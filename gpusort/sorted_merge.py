@@ -279,11 +279,13 @@ def _runs(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None) -> 
         sizes = [int(c) for c in k.chunks[0]]
         starts = np.concatenate(([0], np.cumsum(sizes))).tolist()
         held = [c for c, size in enumerate(sizes) if size]
+        kblocks = graph.block_inputs(k)
+        vblocks = None if values is None else graph.block_inputs(values[s])
         for a, b in graph.task_groups(tuple(sizes), element, target):
             before = [c for c in held if c < a][-1:]  # the last chunk before the run that holds a key
-            inputs = [(k.name, c) for c in before + list(range(a, b))]
-            if values is not None:
-                inputs += [(values[s].name, c) for c in range(a, b)]
+            inputs = [kblocks[c] for c in before + list(range(a, b))]
+            if vblocks is not None:
+                inputs += vblocks[a:b]
             dsk[(name, len(lengths))] = (_run, spec, s, a, sizes[a:b], starts[a], bool(before), *inputs)
             lengths.append(starts[b] - starts[a])
     if layout is not None:
@@ -292,7 +294,7 @@ def _runs(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None) -> 
     else:
         okey_dtype = order.order_dtype(spec.dtype, "float")
         value_dtype = None if values is None else values[0].dtype
-    deps = keys + (values or [])
+    deps = graph.read_by_key(keys + (values or []))
     meta = keys[0]._meta.real if layout is not None else keys[0]._meta  # the array type: cast quietly
     return graph.Runs(HighLevelGraph.from_collections(name, dsk, dependencies=deps), name, tuple(lengths),
                       okey_dtype, value_dtype, meta, element, "float")

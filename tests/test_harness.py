@@ -227,10 +227,11 @@ def test_beyond_bench_every_row_tiny(tmp_path):
     assert beyond["main"](["--merge-n", "3000", "--merge-chunks", "3", "--frame-n", "2000", "--frame-partitions", "3",
                            "--big-frame-n", "3000", "--big-frame-partitions", "2", "--big-memory-limit", "1GiB",
                            "--gpu-merge-n", "1000", "--gpu-merge-chunks", "2", "--repeat", "1", "--warmup", "0",
-                           "--out", str(tmp_path), "--quiet"]) == 0
+                           "--distinct-strings", "300", "--out", str(tmp_path), "--quiet"]) == 0
     docs = {doc["benchmark"]: doc for doc in results(tmp_path)}
-    assert set(docs) == {"beyond-merge", "beyond-gpu-merge", "beyond-sort_values", "beyond-sort_values-big"}
-    for name in ("beyond-merge", "beyond-sort_values", "beyond-sort_values-big"):
+    assert set(docs) == {"beyond-merge", "beyond-gpu-merge", "beyond-sort_values", "beyond-sort_values-big",
+                         "beyond-sort_values-string"}
+    for name in ("beyond-merge", "beyond-sort_values", "beyond-sort_values-big", "beyond-sort_values-string"):
         assert {s["status"] for s in docs[name]["summary"]} == {"ok"} and len(docs[name]["summary"]) == 2
     ours = {s["case"]: s for s in docs["beyond-sort_values"]["summary"]}["gpusort.sort_values"]
     assert ours["partition_imbalance"] == pytest.approx(1.0, abs=1e-3) and "ratio" in ours  # 667, 667, 666 rows

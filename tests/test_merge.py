@@ -12,6 +12,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from dask.callbacks import Callback
 from distributed import Client, LocalCluster
 from hypothesis import given, settings, strategies as st
 
@@ -147,6 +148,33 @@ def graph_size(x: da.Array) -> tuple[int, int]:
     """Tasks and dependencies of ``x``'s graph, inputs included."""
     dsk = dict(x.__dask_graph__())
     return len(dsk), sum(len(dask.core.get_dependencies(dsk, k)) for k in dsk)
+
+
+def test_chunks_held_in_memory_are_task_arguments_not_keys():
+    """``from_array``'s chunks are data in the graph: the runs take them as arguments, so no key is left of them.
+
+    Dask's threaded scheduler pays for every data key on every other task it
+    starts (tasks x chunks: 5 s at 17,011 chunks), so the graph here must be
+    the merge's own tasks alone; chunks that are tasks stay keys.
+    """
+    rng = np.random.default_rng(9)
+    a, b = np.sort(rng.integers(0, 100, 3_000)), np.sort(rng.integers(0, 100, 1_000))
+    held = gpusort.merge(da.from_array(a, chunks=300), da.from_array(b, chunks=1), chunks=500)
+    computed = da.from_array(b, chunks=1) + 0  # chunks that are tasks: read by key
+    by_key = gpusort.merge(da.from_array(a, chunks=300), computed, chunks=500)
+    starts = []
+
+    class Start(Callback):
+        def _start(self, dsk):
+            starts.append(len(dsk))
+
+    want = np.sort(np.concatenate([a, b]), kind="stable")
+    with dask.config.set(scheduler="threads"), Start():
+        np.testing.assert_array_equal(held.compute(), want)
+        np.testing.assert_array_equal(by_key.compute(), want)
+    # Two runs, two samples, splits, a merge and 8 output chunks; at most a few more.
+    assert graph_size(held)[0] <= 20 and starts[0] <= 20, (graph_size(held), starts)
+    assert graph_size(by_key)[0] >= 2 * 1_000 and starts[1] >= 1_000, (graph_size(by_key), starts)
 
 
 @pytest.mark.parametrize("small_first", [True, False])
