@@ -91,7 +91,7 @@ def exchange_window(client, start: float) -> float:
 
 
 def exchange_sent(client) -> int:
-    from gpusort.exchange import sent
+    from gpusort.engine.exchange import sent
 
     return sum(s["bytes"] for s in client.run(sent).values())
 

@@ -4,7 +4,7 @@ Groups (``--cases``), each a table and a JSON file, all in one run:
 
 ``link``       host<->device copies of 1 GiB on this process's GPU: pinned and
                pageable, each way, and gpusort's staged copy of pageable memory
-               (``gpusort.staging.to_device``).  The host-link floor of the
+               (``gpusort.memory.staging.to_device``).  The host-link floor of the
                out-of-core sort -- every key up and down twice, the two directions
                overlapping -- is min(pinned H2D, pinned D2H) / (2 x key bytes).
 ``cupy``       CuPy chunks already in GPU memory (``--n-cupy`` int64 keys in
@@ -20,7 +20,7 @@ Inputs are fresh (new Dask keys) every repetition and persisted before the
 clock starts; results are persisted, then checked with ``gpusort.verify``
 on the GPUs (count, order-independent 64-bit checksum, order within and
 across chunks), and host results for exactly balanced chunks.  Reported per
-run: task seconds by phase (``gpusort.graph.PHASES``), bytes moved between
+run: task seconds by phase (``gpusort.engine.graph.PHASES``), bytes moved between
 workers, peak GPU memory.  A goal table closes the run.  Clusters come from
 ``gpusort.runtime.cluster``; ``--dry-run-on-cpu`` runs it all on a CPU
 ``LocalCluster`` with ``backend="numpy"``.
@@ -194,7 +194,7 @@ def group_link(args):
         hd[1].get(out=hd[0])
 
     def staged(hd):
-        from gpusort import staging
+        from gpusort.memory import staging
 
         staging.to_device(hd[0], hd[1])
         staging.streams().work.synchronize()

@@ -91,7 +91,7 @@ def _setup(n, p, dtype, distribution, client):
 
 
 def _graph_measures(y, x) -> dict:
-    from gpusort import corank
+    from gpusort.keys import corank
 
     phases = [runtime.phase_of(k) for k in dict(y.__dask_graph__())]
     n, lengths = x.shape[0], x.chunks[0]

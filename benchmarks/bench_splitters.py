@@ -1,7 +1,7 @@
 """Splitter overhead: what the exact co-rank splitters cost, against N, P and J.
 
 N keys in P input chunks (so P sorted runs), sorted into J output chunks.
-The splitters are a phase of ``gpusort.graph.PHASES``; its tasks' output
+The splitters are a phase of ``gpusort.engine.graph.PHASES``; its tasks' output
 bytes and compute seconds (from the scheduler's task stream)
 are reported absolutely and as a share: of the key bytes, and of the task
 seconds of the whole sort.  Both shares should stay small as N grows.

@@ -7,7 +7,7 @@ Each plot is drawn from whatever the results hold and skipped, with the
 reason, where they hold nothing for it:
 
 throughput   keys/s against N per dtype, gpusort and its peers (uniform keys)
-phases       gpusort's task-seconds by phase (gpusort.graph.PHASES: runs, splitters, merges)
+phases       gpusort's task-seconds by phase (gpusort.engine.graph.PHASES: runs, splitters, merges)
 skew         keys/s and output chunk imbalance per key distribution
 splitters    splitter bytes and seconds as a share of the sort, against N
 gpus         keys/s against the number of GPUs (results with a ``gpus`` param)

@@ -65,7 +65,7 @@ def tasks(client, start: float) -> None:
 
 
 def _exchanges(since: float) -> list:
-    from gpusort import exchange
+    from gpusort.engine import exchange
 
     return [(s, d) for s, d in exchange._timed if s >= since]
 

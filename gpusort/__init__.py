@@ -2,8 +2,8 @@
 
 import importlib
 
-from gpusort.api import argsort, lexsort, searchsorted, sort, sort_by_key, topk, unique
-from gpusort.sorted_merge import merge, merge_by_key
+from gpusort.front.api import argsort, lexsort, searchsorted, sort, sort_by_key, topk, unique
+from gpusort.front.sorted_merge import merge, merge_by_key
 
 __version__ = "0.1.0"
 __all__ = ["argsort", "lexsort", "merge", "merge_by_key", "searchsorted", "sort", "sort_by_key", "sort_values",
@@ -14,7 +14,7 @@ def __getattr__(name: str):
     # Zarr I/O, verify and the single-GPU API load on first use: `import gpusort`
     # stays light (no Zarr, no distributed) and never needs CuPy.
     if name == "sort_values":  # pandas is needed for DataFrames only
-        return importlib.import_module("gpusort.dataframe").sort_values
+        return importlib.import_module("gpusort.front.dataframe").sort_values
     if name == "sort_zarr":
         return importlib.import_module("gpusort.zarr_io").sort_zarr
     if name == "verify":

@@ -27,8 +27,8 @@ contiguous rows, ``(R, L)``; then, by what moves the fewest bytes:
   merge pass.
 * **Composite keys** (rows shorter than ``NV / 2``, which padding would
   more than double, and complex keys): the row number, then the key's order
-  key (:func:`gpusort.order.key_columns`), packed into one unsigned integer
-  (:class:`gpusort.composite.Layout`) and sorted 1-D: ``log2(R * L / NV)``
+  key (:func:`gpusort.keys.order.key_columns`), packed into one unsigned integer
+  (:class:`gpusort.keys.composite.Layout`) and sorted 1-D: ``log2(R * L / NV)``
   passes over the data itself, however short the rows.  Past 64 bits
   (64-bit keys of many rows, complex keys, lexsort) the packed words are
   sorted least significant first (LSD), each a stable sort carrying the
@@ -51,8 +51,8 @@ from typing import Callable, Sequence, Union
 
 import numpy as np
 
-from gpusort import composite, order
 from gpusort.cuda import build, dispatch, tuning
+from gpusort.keys import composite, order
 
 try:
     import cupy
@@ -437,7 +437,7 @@ def _packed_positions(keys: list[cupy.ndarray], descending: bool) -> cupy.ndarra
 
 
 def _tied_columns(keys: cupy.ndarray, descending: bool) -> list[cupy.ndarray]:
-    """:func:`gpusort.order.key_columns` of scheme ``"tied"``, float16/32 in one fused pass."""
+    """:func:`gpusort.keys.order.key_columns` of scheme ``"tied"``, float16/32 in one fused pass."""
     if keys.dtype in _BY_BITS:
         return [_tied_keys(keys, descending)]
     return order.key_columns(keys, descending, "tied")[0]
@@ -541,7 +541,7 @@ def _row_positions(positions: cupy.ndarray, count: int, width: int, length: int)
 def _pack(keys: list[cupy.ndarray], descending: bool, scheme: order.Scheme):
     """The composite order keys of ``(R, L)`` key arrays: the row number (when R > 1), then each key's columns.
 
-    Returns the :class:`gpusort.composite.Layout` and the packed keys (1-D,
+    Returns the :class:`gpusort.keys.composite.Layout` and the packed keys (1-D,
     or ``(R * L, words)`` uint64 past 64 bits).
     """
     count, length = keys[0].shape

@@ -11,7 +11,7 @@ accidental damage).
 
 It runs at memory speed, on the GPU where the worker has one
 (``device="auto"``): CuPy chunks are checked where they are, NumPy chunks
-stream up through :mod:`gpusort.staging`'s pinned slots in pieces (the host
+stream up through :mod:`gpusort.memory.staging`'s pinned slots in pieces (the host
 link outruns the CPU's hash), and one pass of gpusort's own kernel hashes
 each piece and checks its order (:meth:`gpusort.backends.cupy.CupyBackend.scan`).
 On the CPU the chunks go in parallel (Dask's threads; NumPy releases the
@@ -28,10 +28,10 @@ from typing import Any
 import dask
 import numpy as np
 
-from gpusort import order
 from gpusort.arrays import is_cupy, to_numpy
 from gpusort.backends import get_backend
-from gpusort.api import check_flag
+from gpusort.front.api import check_flag
+from gpusort.keys import order
 from gpusort.zarr_io import as_dask_array, compute
 
 _MOD = 2**64

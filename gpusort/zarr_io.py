@@ -1,7 +1,7 @@
 """Disk to disk: sort a Zarr array into a new Zarr array, its runs in memory or on disk.
 
 Where the keys fit comfortably in the workers' memory (:func:`runs_in_memory`),
-the sort is gpusort's own (:func:`gpusort.graph.sort`, runs and merges in
+the sort is gpusort's own (:func:`gpusort.engine.graph.sort`, runs and merges in
 memory, or out of core on the GPU) between reading the source chunks and
 writing the output chunks, one computation in which reads, sorts and writes
 overlap: every key crosses the disk twice.  Otherwise it is an external sort in
@@ -9,13 +9,13 @@ two computations, neither of which holds more than the chunks in flight, on
 any scheduler:
 
 1. ``runs-store-``: every chunk becomes a sorted run
-   (:func:`gpusort.graph.form_runs`), written as a temporary ``.npy`` file
+   (:func:`gpusort.engine.graph.form_runs`), written as a temporary ``.npy`` file
    of order keys (and one of int64 positions for an argsort); each task also
    returns every ``g``-th key of its run, the splitters' samples.
 2. ``windows-``: one task per run reads the few keys around every output
-   boundary that the samples leave open (:func:`gpusort.corank.plan_windows`);
+   boundary that the samples leave open (:func:`gpusort.keys.corank.plan_windows`);
    ``splits-`` turns them into exact split vectors
-   (:func:`gpusort.corank.split_vectors`); then one ``merge-store-`` task per
+   (:func:`gpusort.keys.corank.split_vectors`); then one ``merge-store-`` task per
    output chunk reads exactly its slice of every run from the store, merges
    them on the backend, decodes the keys and writes the output chunk.
 
@@ -67,12 +67,13 @@ import zarr
 from dask.base import tokenize
 from dask.system import CPU_COUNT
 
-from gpusort import corank, graph, order
-from gpusort.api import SortOptions, as_dask
 from gpusort.arrays import is_cupy, to_numpy
 from gpusort.backends import BackendSpec
-from gpusort.chunks import merge_pieces
-from gpusort.graph import Runs, form_runs
+from gpusort.engine import graph
+from gpusort.engine.graph import Runs, form_runs
+from gpusort.engine.tasks import merge_pieces
+from gpusort.front.api import SortOptions, as_dask
+from gpusort.keys import corank, order
 
 try:
     import fcntl

@@ -1,12 +1,12 @@
 """Host communicators for a cluster of threads: the collective sort's engine tested without a GPU.
 
-A test double of NCCL's transport (:class:`gpusort.comms.NcclComm`): the
+A test double of NCCL's transport (:class:`gpusort.engine.comms.NcclComm`): the
 workers of a ``LocalCluster(processes=False)`` share this process, so each
 collective call is a rendezvous of the ranks' threads at a shared table, and
 NumPy arrays are copied from the senders' lists into the receivers'.
 Everything above the transport -- the turn of a sort, the agreement, the
-waits and their aborts (:class:`gpusort.comms.Collectives`), and the whole
-engine (:mod:`gpusort.collective`) -- is the code the GPU workers run.
+waits and their aborts (:class:`gpusort.engine.comms.Collectives`), and the whole
+engine (:mod:`gpusort.engine.collective`) -- is the code the GPU workers run.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gpusort import comms
+from gpusort.engine import comms
 
 
 class _Table:

@@ -283,8 +283,8 @@ def test_host_rows_go_to_the_cupy_backend_of_the_budget(monkeypatch, graph_shape
 
     A stand-in for the CuPy backend sorts on the host, so this runs without a GPU.
     """
-    from gpusort import axis
     from gpusort.backends import BackendSpec, get_backend
+    from gpusort.engine import along
 
     asked = []
 
@@ -296,11 +296,11 @@ def test_host_rows_go_to_the_cupy_backend_of_the_budget(monkeypatch, graph_shape
         asked.append(spec)
         return Budgeted() if getattr(spec, "name", spec) == "cupy" else get_backend(spec)
 
-    monkeypatch.setattr(axis, "get_backend", backend_of)
+    monkeypatch.setattr(along, "get_backend", backend_of)
     x = np.random.default_rng(0).integers(0, 5, (6, 40))
     keys = da.from_array(x, chunks=(3, 40 if graph_shape == "within" else 10))
     spec = BackendSpec("cupy", 2**26)  # what gpusort.sort(..., backend="cupy", gpu_memory_budget=2**26) passes
-    got = [axis.sort_along([keys], 1, descending=True, positions=positions, backend=spec).compute(scheduler="threads")
+    got = [along.sort_along([keys], 1, descending=True, positions=positions, backend=spec).compute(scheduler="threads")
            for positions in (False, True)]
     np.testing.assert_array_equal(got[0], -np.sort(-x, axis=1))
     np.testing.assert_array_equal(got[1], ref_argsort_along(x, 1, descending=True))

@@ -1,6 +1,6 @@
 """GPU memory budgets, planned and carried out with a NumPy stand-in for the GPU (no GPU needed).
 
-:mod:`gpusort.budget` sizes every GPU step of the out-of-core path and runs
+:mod:`gpusort.memory.plan` sizes every GPU step of the out-of-core path and runs
 sorts and merges in pieces that fit.  Here the "device" is NumPy that checks
 each step's footprint against the budget, so the piecewise algorithms are
 proved exact (stable, ties in piece order) on any machine.
@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpusort import budget as plan
 from gpusort.backends import BackendSpec, backend_spec, get_backend
+from gpusort.memory import plan
 
 
 class NumpySteps:
-    """A :class:`gpusort.budget.Device` on the CPU that records and checks every step."""
+    """A :class:`gpusort.memory.plan.Device` on the CPU that records and checks every step."""
 
     def __init__(self, budget: int):
         self.budget = budget

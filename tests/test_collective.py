@@ -1,4 +1,4 @@
-"""The sort across workers on collectives (gpusort.collective), on host communicators between threads.
+"""The sort across workers on collectives (gpusort.engine.collective), on host communicators between threads.
 
 The engine that GPU workers run over NCCL, with its transport replaced by
 :mod:`hostcomms` (a rendezvous of the workers' threads): every rank's runs,
@@ -18,7 +18,8 @@ from distributed import Client, LocalCluster, wait
 
 import gpusort
 import hostcomms
-from gpusort import collective, comms, corank
+from gpusort.engine import collective, comms
+from gpusort.keys import corank
 from reference import assert_sorts_exact, make_keys, sorts_of
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gpusort import composite, order
+from gpusort.keys import composite, order
 
 
 def _tuples_order(columns):

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gpusort import corank
+from gpusort.keys import corank
 
 
 def strict_prefix_counts(runs, r):

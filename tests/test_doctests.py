@@ -1,7 +1,7 @@
 """The examples in the docstrings run and print what they say, and leave nothing behind.
 
 Only the modules that import without CuPy: the GPU ones (``gpusort.gpu``,
-``gpusort.staging``, ``gpusort.backends.cupy``) need a GPU to say anything.
+``gpusort.memory.staging``, ``gpusort.backends.cupy``) need a GPU to say anything.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  # for `harness`
 
 MODULES = [
-    "gpusort.api", "gpusort.arrays", "gpusort.backends", "gpusort.backends.numpy", "gpusort.budget", "gpusort.cli",
-    "gpusort.chunks", "gpusort.composite", "gpusort.corank", "gpusort.dataframe", "gpusort.graph", "gpusort.hostpool",
-    "gpusort.cuda.build", "gpusort.cuda.tuning", "gpusort.order", "gpusort.warmup",
+    "gpusort.front.api", "gpusort.arrays", "gpusort.backends", "gpusort.backends.numpy", "gpusort.memory.plan", "gpusort.cli",
+    "gpusort.engine.tasks", "gpusort.keys.composite", "gpusort.keys.corank", "gpusort.front.dataframe", "gpusort.engine.graph", "gpusort.memory.hostpool",
+    "gpusort.cuda.build", "gpusort.cuda.tuning", "gpusort.keys.order", "gpusort.warmup",
     "gpusort.runtime.clusters", "gpusort.runtime.options", "gpusort.runtime.record",
-    "gpusort.sorted_merge", "gpusort.text", "gpusort.verification", "gpusort.zarr_io", "harness",
+    "gpusort.front.sorted_merge", "gpusort.keys.text", "gpusort.verification", "gpusort.zarr_io", "harness",
 ]
 
 

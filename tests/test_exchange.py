@@ -1,4 +1,4 @@
-"""The exchange between workers (gpusort.exchange) on CPU clusters.
+"""The exchange between workers (gpusort.engine.exchange) on CPU clusters.
 
 Machines with 4 and 8 GPUs are not at hand: 8 single-threaded CPU workers
 stand in for them, with the NumPy backend, checking exactness, the number of
@@ -16,7 +16,8 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import serialize, to_serialize
 
 import gpusort
-from gpusort import exchange, spill
+from gpusort.engine import exchange
+from gpusort.memory import spill
 from reference import assert_same_keys, ref_argsort
 
 ONE_CHUNK_PER_TASK = {"gpusort.task-bytes": 0}
@@ -172,7 +173,7 @@ class FailingMerge(WorkerPlugin):
     """Every owner's merge fails, as a GPU out of memory would, after the barrier task has ended."""
 
     def setup(self, worker):
-        from gpusort.exchange import SortRun
+        from gpusort.engine.exchange import SortRun
 
         self.real = SortRun._merge
 
@@ -182,7 +183,7 @@ class FailingMerge(WorkerPlugin):
         SortRun._merge = out_of_memory
 
     def teardown(self, worker):
-        from gpusort.exchange import SortRun
+        from gpusort.engine.exchange import SortRun
 
         SortRun._merge = self.real
 
@@ -246,13 +247,13 @@ def test_runs_that_tie_on_label_and_length_are_ordered_alike_on_every_owner():
 
 
 def test_disjoint_pieces_are_concatenated_not_merged():
-    from gpusort import chunks
+    from gpusort.engine import tasks
 
-    assert chunks.disjoint([np.array([1.0, 2.0]), np.array([2.0, np.nan])])
-    assert not chunks.disjoint([np.array([1.0, np.nan]), np.array([2.0])])
-    assert not chunks.disjoint([np.array([1, 5]), np.array([4, 6])])
+    assert tasks.disjoint([np.array([1.0, 2.0]), np.array([2.0, np.nan])])
+    assert not tasks.disjoint([np.array([1.0, np.nan]), np.array([2.0])])
+    assert not tasks.disjoint([np.array([1, 5]), np.array([4, 6])])
     pieces = [(np.array([-0.0, 1.0]), None), (np.array([1.0, 3.0]), None)]
-    keys, _ = chunks.merge_pieces("numpy", np.dtype(np.float64), False, "float", pieces)
+    keys, _ = tasks.merge_pieces("numpy", np.dtype(np.float64), False, "float", pieces)
     np.testing.assert_array_equal(keys, [-0.0, 1.0, 1.0, 3.0])
 
 

@@ -97,15 +97,15 @@ class Sabotage(WorkerPlugin):
 
 
 #: Steps a test can kill a worker at that are no tasks of their own: those of an exchange
-#: (:class:`gpusort.exchange.SortRun`), inside P2P's barrier, and those of a rank of a
-#: collective sort (:mod:`gpusort.collective`), as ``(module, class or None, function)``.
+#: (:class:`gpusort.engine.exchange.SortRun`), inside P2P's barrier, and those of a rank of a
+#: collective sort (:mod:`gpusort.engine.collective`), as ``(module, class or None, function)``.
 STEPS = {
-    "exchange:runs": ("gpusort.exchange", "SortRun", "_form_runs"),
-    "exchange:samples": ("gpusort.exchange", "SortRun", "_samples"),
-    "exchange:swap": ("gpusort.exchange", "SortRun", "_swap"),
-    "exchange:merge": ("gpusort.exchange", "SortRun", "_merge"),
-    "collective:runs": ("gpusort.collective", None, "_form_runs"),
-    "collective:exchange": ("gpusort.comms", "NcclComm", "exchange"),
+    "exchange:runs": ("gpusort.engine.exchange", "SortRun", "_form_runs"),
+    "exchange:samples": ("gpusort.engine.exchange", "SortRun", "_samples"),
+    "exchange:swap": ("gpusort.engine.exchange", "SortRun", "_swap"),
+    "exchange:merge": ("gpusort.engine.exchange", "SortRun", "_merge"),
+    "collective:runs": ("gpusort.engine.collective", None, "_form_runs"),
+    "collective:exchange": ("gpusort.engine.comms", "NcclComm", "exchange"),
 }
 
 
@@ -483,7 +483,7 @@ def test_worker_killed_in_a_collective_sort_fails_clearly_then_sorts_again(tmp_p
     a hang; then the next sort makes new communicators and is exact."""
     cupy = pytest.importorskip("cupy")
     dask_cuda = pytest.importorskip("dask_cuda")
-    from gpusort import comms
+    from gpusort.engine import comms
 
     gpus = cupy.cuda.runtime.getDeviceCount()
     with dask_cuda.LocalCUDACluster(n_workers=gpus, dashboard_address=":0") as cluster, Client(cluster) as client:

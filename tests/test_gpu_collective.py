@@ -1,4 +1,4 @@
-"""The sort across GPU workers on NCCL (gpusort.collective, gpusort.comms), exact against NumPy.
+"""The sort across GPU workers on NCCL (gpusort.engine.collective, gpusort.engine.comms), exact against NumPy.
 
 A dask-cuda ``LocalCUDACluster`` of every GPU; CuPy chunks sort with one
 task per worker that talks over NCCL.  Each result is compared bit for bit
@@ -18,7 +18,7 @@ dask_cuda = pytest.importorskip("dask_cuda")
 from distributed import Client, wait  # noqa: E402
 
 import gpusort  # noqa: E402
-from gpusort import comms  # noqa: E402
+from gpusort.engine import comms  # noqa: E402
 from reference import assert_sorts_exact, make_keys, sorts_of  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multi_gpu, pytest.mark.timeout(300)]

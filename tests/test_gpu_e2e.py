@@ -28,8 +28,8 @@ from distributed import Client, wait  # noqa: E402
 from distributed.diagnostics.plugin import WorkerPlugin  # noqa: E402
 
 import gpusort  # noqa: E402
-from gpusort.budget import parse_budget  # noqa: E402
-from gpusort.staging import PINNED_BYTES  # noqa: E402
+from gpusort.memory.plan import parse_budget  # noqa: E402
+from gpusort.memory.staging import PINNED_BYTES  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 
@@ -58,7 +58,7 @@ def stable(x: np.ndarray, descending: bool = False) -> np.ndarray:
 
 def run_pools() -> list:
     """The run pool of every GPU this process sees: a threaded sort spreads its steps over them all."""
-    from gpusort import staging
+    from gpusort.memory import staging
 
     pools = []
     for device in range(cupy.cuda.runtime.getDeviceCount()):
@@ -69,8 +69,8 @@ def run_pools() -> list:
 
 def thread_pool():
     """The run pool of the GPU that this thread's out-of-core steps run on."""
-    from gpusort import staging
     from gpusort.backends.cupy import thread_device
+    from gpusort.memory import staging
 
     with cupy.cuda.Device(thread_device()):
         return staging.run_pool()
@@ -172,7 +172,7 @@ def test_data_several_times_the_budget_and_measured_peak_within_it(client, budge
 
 def test_staged_parts_go_up_packed_and_come_back_bit_for_bit():
     """Host parts of every size (empty, tiny, across slot edges, pinned) land end to end on the GPU, and come back."""
-    from gpusort import staging
+    from gpusort.memory import staging
 
     rng = np.random.default_rng(8)
     sizes = [0, 1, 7, 3 * 2**20 + 5, 0] + rng.integers(0, 200_000, 300).tolist() + [11 * 2**20 + 3, 2]
@@ -194,8 +194,8 @@ def test_staged_parts_go_up_packed_and_come_back_bit_for_bit():
 
 def test_runs_from_the_run_pool_are_exact_and_go_back_to_it():
     """With ``gpusort.run-pool-bytes`` set, out-of-core runs live in the pinned pool, and leave it when dropped."""
-    from gpusort import staging
     from gpusort.backends import BackendSpec, get_backend
+    from gpusort.memory import staging
 
     x = np.random.default_rng(9).integers(-2**62, 2**62, 3_000_000)
     with dask.config.set({"gpusort.run-pool-bytes": "64MiB"}):
@@ -215,7 +215,7 @@ def test_runs_from_the_run_pool_are_exact_and_go_back_to_it():
 
 def test_merged_chunks_of_a_graph_come_from_the_run_pool_where_it_has_room():
     """A pool that holds the runs and the output: every chunk the graph hands back is a lease of it, exact to the bit."""
-    from gpusort import staging
+    from gpusort.memory import staging
 
     x = np.random.default_rng(11).normal(size=3_000_000)  # 24 MB of runs, then 24 MB of output
     x[::997], x[1::991], x[2::983] = np.nan, -0.0, 0.0
@@ -238,8 +238,8 @@ def test_merged_chunks_of_a_graph_come_from_the_run_pool_where_it_has_room():
 @pytest.mark.parametrize("pool_bytes, output_pinned", [("96MiB", True), ("48MiB", False)])
 def test_a_merge_takes_the_run_pool_for_its_output_only_where_the_runs_leave_room(pool_bytes, output_pinned):
     """Runs first: a merge whose output does not fit beside them writes it to ordinary memory, just as exactly."""
-    from gpusort import staging
     from gpusort.backends import BackendSpec, get_backend
+    from gpusort.memory import staging
 
     backend = get_backend(BackendSpec("cupy", parse_budget("64MiB")))
     rng = np.random.default_rng(12)
@@ -261,8 +261,8 @@ def test_a_merge_takes_the_run_pool_for_its_output_only_where_the_runs_leave_roo
 
 def test_a_sorts_freed_runs_and_chunks_serve_the_next_sort_exactly():
     """Out-of-core results come from the host cache: one sort's freed buffers take the next sort's, bit for bit."""
-    from gpusort import staging
     from gpusort.backends import BackendSpec, get_backend
+    from gpusort.memory import staging
 
     backend = get_backend(BackendSpec("cupy", parse_budget("16MiB")))
     rng = np.random.default_rng(10)
@@ -295,7 +295,7 @@ def test_a_registered_block_is_pinned_until_it_is_freed():
     """The run pool's block: zeroed, page-locked for DMA in one registration, unregistered as it is freed."""
     import gc
 
-    from gpusort import staging
+    from gpusort.memory import staging
 
     block = staging.registered_block(8 * 2**20 + 5)
     assert staging.is_pinned(block) and staging.is_pinned(block[4097:]) and not block.any()
@@ -347,12 +347,12 @@ def test_gpu_clusters_load_the_common_kernels_as_workers_start():
 
 def test_graphs_see_the_gpus_default_budget(client):
     """The budget a large host sort without one is planned against is the workers' own default."""
-    from gpusort import graph
-    from gpusort.backends import cupy as gpu
+    from gpusort.backends import cupy as gpu_backend
+    from gpusort.engine import graph
 
-    (answer,) = client.run(gpu.default_budget).values()
+    (answer,) = client.run(gpu_backend.default_budget).values()
     assert graph.default_budget_seen() == answer > 0
-    assert graph._default_budget_here() == gpu.default_budget() > 0  # a local scheduler: this process's GPU
+    assert graph._default_budget_here() == gpu_backend.default_budget() > 0  # a local scheduler: this process's GPU
 
 
 def test_concurrent_sorts_with_different_budgets_keep_their_own_limits(client):

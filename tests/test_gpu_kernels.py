@@ -15,9 +15,9 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from gpusort import order  # noqa: E402
-from gpusort.cuda import buckets, build, dispatch, tuning  # noqa: E402
 from gpusort.backends.cupy import BACKEND  # noqa: E402
+from gpusort.cuda import buckets, build, dispatch, tuning  # noqa: E402
+from gpusort.keys import order  # noqa: E402
 from reference import make_keys, ref_argsort  # noqa: E402
 
 gpu = pytest.importorskip("gpusort.gpu")

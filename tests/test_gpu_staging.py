@@ -13,7 +13,7 @@ import pytest
 cupy = pytest.importorskip("cupy")
 cupyx = pytest.importorskip("cupyx")
 
-from gpusort import staging  # noqa: E402
+from gpusort.memory import staging  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpusort import composite, order
 from gpusort.cuda import tuning
+from gpusort.keys import composite, order
 from reference import (
     CUPY_DTYPES, assert_same_keys, make_keys, ref_argsort, ref_argsort_along, ref_lexsort, special_pool,
 )

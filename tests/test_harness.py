@@ -16,7 +16,7 @@ sys.path.insert(0, str(BENCHMARKS))  # as `python benchmarks/bench_X.py` has it
 import harness
 from harness import Case, keys_between, parse_args
 
-from gpusort.graph import PHASES
+from gpusort.engine.graph import PHASES
 
 
 def args(tmp_path, *extra):

@@ -1,4 +1,4 @@
-"""The host allocators (:mod:`gpusort.hostpool`), on the CPU: the run pool's leases, views, reuse, release; the cache's kept buffers."""
+"""The host allocators (:mod:`gpusort.memory.hostpool`), on the CPU: the run pool's leases, views, reuse, release; the cache's kept buffers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import weakref
 import numpy as np
 import pytest
 
-from gpusort.hostpool import ALIGN, HostCache, HostPool
+from gpusort.memory.hostpool import ALIGN, HostCache, HostPool
 
 
 def block_pool(nbytes: int = 2**20, idle: float = 30.0) -> tuple[HostPool, list]:

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from gpusort import order
+from gpusort.keys import order
 from reference import KEY_DTYPES, ref_argsort
 
 

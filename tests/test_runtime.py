@@ -24,7 +24,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 import gpusort
 from gpusort import runtime
-from gpusort.graph import PHASES
+from gpusort.engine.graph import PHASES
 
 
 def test_threads_yields_no_client_and_sets_the_threads():

@@ -90,7 +90,7 @@ def select_keys(pattern: str, n: int, dtype, rng) -> np.ndarray:
 def test_sample_select_every_branch(pattern, dtype, monkeypatch):
     # Selection all the way down (no "small" cut-off) and a tiny sample, so
     # pivots mislead and every branch of the three-way partition runs.
-    from gpusort import select
+    from gpusort.engine import select
 
     monkeypatch.setattr(select, "SAMPLE", 16)
     rng = np.random.default_rng(11)
@@ -106,7 +106,7 @@ def test_sample_select_every_branch(pattern, dtype, monkeypatch):
 
 def test_topk_selects_within_chunks(monkeypatch):
     # Chunks past select.SMALL, so the chunk and combine steps select rather than sort.
-    from gpusort import select
+    from gpusort.engine import select
 
     monkeypatch.setattr(select, "SMALL", 64)
     rng = np.random.default_rng(5)
@@ -246,7 +246,7 @@ def test_cupy_chunks_select_from_raw_keys(dtype):
     # (select._encoded_beyond): every real dtype CuPy holds, special values
     # spread through random keys and packed together in one chunk.
     cupy = pytest.importorskip("cupy")
-    from gpusort import select
+    from gpusort.engine import select
 
     rng = np.random.default_rng(13)
     dt = np.dtype(dtype)
@@ -268,7 +268,7 @@ def test_cupy_chunks_select_from_raw_keys(dtype):
         # tiny one) that share one pivot, one buffer and one count.
         for cut in ([0, 20_000], [0, 7, 7, 9_000, 20_000]):
             blocks = [cupy.asarray(noise[a:b]) for a, b in zip(cut, cut[1:])]
-            okeys = gpusort.order.encode(noise[:20_000], False, "exact")
+            okeys = gpusort.keys.order.encode(noise[:20_000], False, "exact")
             for k in (100, -100):
                 got = select._encoded_beyond(blocks, k)
                 assert got is not None and len(got) >= abs(k)

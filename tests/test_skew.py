@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import gpusort
-from gpusort import corank, order
+from gpusort.keys import corank, order
 
 N = 2**18
 
@@ -60,7 +60,7 @@ class SplitBytes:
     """Bytes that the splitters really take off the runs: every sample and window key cut.
 
     The splitters run inside one task (``splits-``), so what they cut is
-    counted where they cut it, in :mod:`gpusort.corank`.
+    counted where they cut it, in :mod:`gpusort.keys.corank`.
     """
 
     def __init__(self):

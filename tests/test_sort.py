@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import gpusort
-from gpusort import graph
+from gpusort.engine import graph
 from reference import GPU_PLACES, KEY_DTYPES, PATTERNS, assert_same_keys, make_keys, on_gpu, ref_argsort
 
 
@@ -101,9 +101,9 @@ def test_host_chunks_on_the_gpu_sort_in_one_task_where_the_budget_holds_them():
     assert not any(graph.whole_on_gpu(x, x.astype(t), "cupy", False) for t in ("U3", ">i4", "S16"))
     assert graph.whole_on_gpu(x, x.astype(np.int16), "cupy", False)
     # Floats, or descending keys, are encoded on the GPU into new arrays: the step must hold them too.
-    from gpusort import budget
+    from gpusort.memory import plan
 
-    just = gpusort.backends.BackendSpec("cupy", int(budget.whole_bytes(2**20, 8) / budget.PLAN_FRACTION) + 1)
+    just = gpusort.backends.BackendSpec("cupy", int(plan.whole_bytes(2**20, 8) / plan.PLAN_FRACTION) + 1)
     assert graph.whole_on_gpu(x, None, just, False) and not graph.whole_on_gpu(x, None, just, False, True)
     assert not graph.whole_on_gpu(x.astype(np.float64), None, just, False)
     assert not graph.whole_on_gpu(da.zeros(2**40, dtype=np.int64, chunks=2**36), None, "cupy", False)
@@ -150,7 +150,8 @@ def test_default_budget_seen_without_gpus_is_zero():
 @pytest.mark.parametrize("what", ["keys", "values", "positions"])
 def test_sort_chunks_whole_is_the_decoded_sort_of_all_chunks(what, descending):
     """One task's whole sort, here on the backend without a one-step sort (NumPy): stable, decoded, exact bits."""
-    from gpusort import chunks, order
+    from gpusort.engine import tasks
+    from gpusort.keys import order
 
     rng = np.random.default_rng(6)
     x = make_keys(rng, "float64", 5000, "nan")
@@ -161,7 +162,7 @@ def test_sort_chunks_whole_is_the_decoded_sort_of_all_chunks(what, descending):
     declared = [(i, b - a, x.dtype, vals.dtype if what == "values" else None)
                 for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
     scheme = order.scheme_for(what != "keys", True)
-    keys, values = chunks.sort_chunks_whole("numpy", x.dtype, descending, scheme,
+    keys, values = tasks.sort_chunks_whole("numpy", x.dtype, descending, scheme,
                                             0 if what == "positions" else None, declared, *inputs)
     want = ref_argsort(x, descending)
     assert_same_keys(keys, x[want], bits="exact")
@@ -177,9 +178,10 @@ def test_sort_chunks_whole_is_the_decoded_sort_of_all_chunks(what, descending):
 def test_host_chunks_whole_on_the_gpu_exact(budget, dtype):
     """Host chunks sorted in one GPU step (or, past the budget, out of core in that task): every bit, ties stable."""
     pytest.importorskip("cupy")
-    from gpusort import chunks, order
     from gpusort.backends import backend_spec
-    from gpusort.budget import parse_budget
+    from gpusort.engine import tasks
+    from gpusort.keys import order
+    from gpusort.memory.plan import parse_budget
 
     x = make_keys(np.random.default_rng(7), dtype, 600_001, "nan" if dtype == "float64" else "few")
     keys = da.from_array(x, chunks=(100_000, 1, 0, 250_000, 250_000))
@@ -194,7 +196,7 @@ def test_host_chunks_whole_on_the_gpu_exact(budget, dtype):
     spec = backend_spec("cupy", parse_budget("8MiB"))
     inputs = [p for c in keys.blocks for p in (c.compute(), None)]
     declared = [(i, int(c), x.dtype, None) for i, c in enumerate(keys.chunks[0])]
-    out, _ = chunks.sort_chunks_whole(spec, x.dtype, True, order.scheme_for(False, True), None, declared, *inputs)
+    out, _ = tasks.sort_chunks_whole(spec, x.dtype, True, order.scheme_for(False, True), None, declared, *inputs)
     assert_same_keys(out, x[ref_argsort(x, True)], bits="exact")
     assert all(isinstance(a, np.ndarray) for a in (got, out))
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import gpusort
-from gpusort import order
 from gpusort.backends import get_backend
+from gpusort.keys import order
 from reference import KEY_DTYPES, assert_same_keys, ref_argsort
 
 # Chunkings of a 24-element input: one chunk, single elements, empty and tiny

@@ -3,7 +3,7 @@
 Random keys are made on the GPUs (CuPy chunks, persisted: fresh keys and
 new Dask keys every repetition), then sorted with ``gpusort.sort`` on a
 ``LocalCUDACluster`` of each GPU count: across several GPU workers the
-sort is one task per worker talking over NCCL (``gpusort.collective``).
+sort is one task per worker talking over NCCL (``gpusort.engine.collective``).
 Each repetition's clock runs from ``gpusort.sort`` to the persisted result;
 the first and the last repetition of each count are checked with
 ``gpusort.verify`` on the GPUs (sorted, and a permutation of the input by

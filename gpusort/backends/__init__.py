@@ -1,8 +1,8 @@
 """Backends: where a run is sorted and where runs are merged.
 
 Every backend implements the same three operations over *order keys* (see
-:mod:`gpusort.order`): keys that sort ascending, stably, NaN last.  The Dask
-graph (:mod:`gpusort.graph`) and the splitter math (:mod:`gpusort.corank`) are
+:mod:`gpusort.keys.order`): keys that sort ascending, stably, NaN last.  The Dask
+graph (:mod:`gpusort.engine.graph`) and the splitter math (:mod:`gpusort.keys.corank`) are
 written once against this interface and never see a backend's arrays except
 through it.
 
@@ -29,7 +29,7 @@ class Backend(Protocol):
 
     Arrays are 1-D, but for composite order keys past 64 bits, which are
     ``(n, words)`` uint64 rows compared lexicographically
-    (:mod:`gpusort.composite`), and values that are ``(n, bytes)`` uint8
+    (:mod:`gpusort.keys.composite`), and values that are ``(n, bytes)`` uint8
     records (several arrays carried together).  ``values`` may be ``None``
     (keys only).  Inputs are
     never modified, unless a caller says they may be (``overwrite``).  Arrays come back in the memory space they came from: a

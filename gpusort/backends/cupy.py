@@ -1,18 +1,18 @@
 """The CuPy backend: runs sorted and merged on the GPU by gpusort's own kernels.
 
-It sees only order keys (:mod:`gpusort.order`), so it always sorts
+It sees only order keys (:mod:`gpusort.keys.order`), so it always sorts
 ascending.  Two paths:
 
 * **CuPy chunks** stay on the GPU: runs are sorted and merged where they
   live (dask-cuda's ``device_memory_limit`` spills them to host if needed).
 * **NumPy chunks** are the out-of-core path: host memory holds the runs and
   the GPU only ever holds a few steps' data, within a *GPU memory budget*
-  per worker (:mod:`gpusort.budget` sizes the steps: sub-runs for a chunk
+  per worker (:mod:`gpusort.memory.plan` sizes the steps: sub-runs for a chunk
   whose sort does not fit, ranges of output ranks for a merge that does
   not).  Every step allocates from one CuPy pool per device whose limit is
   the budget, and records its high-water mark (:func:`memory_stats`).  Data
   crosses the host link through a few pinned slots per GPU
-  (:mod:`gpusort.staging`): runs and merged chunks are ordinary NumPy arrays.
+  (:mod:`gpusort.memory.staging`): runs and merged chunks are ordinary NumPy arrays.
 
 Without a budget the out-of-core path takes :data:`DEFAULT_FRACTION` of the
 device's free memory when it first runs in a process.
@@ -29,11 +29,11 @@ import cupy
 import numpy as np
 
 import gpusort.gpu as gpu
-from gpusort import budget as plan
-from gpusort import order, staging
 from gpusort.arrays import concatenate, every, in_order
 from gpusort.backends import MOVABLE_VALUE_BYTES, SORTED_SAMPLE, Pair
 from gpusort.cuda import build, dispatch, launch, tuning
+from gpusort.keys import order
+from gpusort.memory import plan, staging
 
 #: Share of the free GPU memory the out-of-core path uses when no budget is given.
 DEFAULT_FRACTION = 0.5
@@ -163,7 +163,7 @@ class CupyBackend:
         them.  ``values`` may be ``(offset, n)``: positions ``offset …
         offset + n - 1``, made on the GPU (argsort).  ``temporaries``: how
         many arrays the size of the keys ``encode`` or ``decode`` makes at
-        once (:func:`gpusort.order.encode_temporaries`).  ``None`` where the step
+        once (:func:`gpusort.keys.order.encode_temporaries`).  ``None`` where the step
         does not fit the budget, or the parts are not 1-D arrays in native
         byte order with values the kernels move: the caller sorts another way.
         """
@@ -238,8 +238,8 @@ class CupyBackend:
         """``sort(self, gpu_blocks)`` of aligned host ``blocks``, each row (last axis) on its own, within the budget.
 
         The rows go up, are sorted and come down in batches of whole rows,
-        each a step of the budget's pool (:meth:`gpusort.staging.GpuMemory.run`)
-        as large as :func:`gpusort.budget.whole_bytes` says fits, one row at
+        each a step of the budget's pool (:meth:`gpusort.memory.staging.GpuMemory.run`)
+        as large as :func:`gpusort.memory.plan.whole_bytes` says fits, one row at
         least: the keys, int64 positions or indices beside them, and
         :data:`ROW_TEMPORARIES` arrays of the keys' size.  ``sort`` returns
         an array of the rows' shape (keys or positions).
@@ -375,13 +375,13 @@ def _bits(values: np.ndarray) -> np.ndarray:
 
 
 class _Steps:
-    """:class:`gpusort.budget.Device` on this GPU: each step within ``memory``'s budget.
+    """:class:`gpusort.memory.plan.Device` on this GPU: each step within ``memory``'s budget.
 
     Results -- runs, and the merges' output chunks -- come from the run
-    pool while it has room (:func:`gpusort.staging.run_pool`) and go down
+    pool while it has room (:func:`gpusort.memory.staging.run_pool`) and go down
     by DMA; the rest land in ordinary (pageable) host memory from the host
-    cache (:func:`gpusort.staging.host_empty`), through
-    :mod:`gpusort.staging`'s few pinned slots.
+    cache (:func:`gpusort.memory.staging.host_empty`), through
+    :mod:`gpusort.memory.staging`'s few pinned slots.
     """
 
     def __init__(self, memory: staging.GpuMemory):
@@ -486,10 +486,10 @@ def encoded_beyond(blocks: Sequence[cupy.ndarray], pivot: Any, complement: bool,
     """How many of ``blocks``' order keys lie beyond ``pivot``, and those order keys in no order if at most ``room``, else ``None``.
 
     ``blocks``: 1-D arrays of one dtype.  Order keys of scheme ``"exact"``,
-    ascending (:func:`gpusort.order.encode`); "beyond" is above, or below
+    ascending (:func:`gpusort.keys.order.encode`); "beyond" is above, or below
     with ``complement`` (their complements above ``pivot``'s).  Keys that
     are order keys already (integers) pass through.  The count and
-    compaction :mod:`gpusort.select` needs, in one pass over each block that
+    compaction :mod:`gpusort.engine.select` needs, in one pass over each block that
     encodes in registers and needs no scan, as boolean indexing would; the
     blocks share one buffer and one counter, so the count is read once.
     """

@@ -6,9 +6,9 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
-from gpusort import order
 from gpusort.backends import SORTED_SAMPLE, Pair
-from gpusort.composite import argsort_column, argsort_rows, take_rows
+from gpusort.keys import order
+from gpusort.keys.composite import argsort_column, argsort_rows, take_rows
 
 
 class NumpyBackend:

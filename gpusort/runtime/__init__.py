@@ -10,7 +10,7 @@ through this package, one idea a module:
   (:func:`add_options`, :func:`from_options`), counts, sizes and flags;
 - :mod:`gpusort.runtime.record`: what a run cost and where it ran: the
   machine (:func:`environment`, :func:`write_json`), time by phase
-  (:func:`task_costs`, keyed by :data:`gpusort.graph.PHASES`), the disk's
+  (:func:`task_costs`, keyed by :data:`gpusort.engine.graph.PHASES`), the disk's
   speed, the bytes moved between workers and progress bars.
 
 Callers use the names here (``runtime.cluster``), which are defined there.

@@ -347,7 +347,7 @@ def _start(kind: str, options: dict[str, Any], dashboard: bool) -> Any:
         kw["CUDA_VISIBLE_DEVICES"] = devices
     kw.setdefault("threads_per_worker", 4)
     # Imported as each worker starts, not inside the first sort's tasks.
-    kw["pre_import"] = ["gpusort.backends.cupy", "gpusort.exchange"]
+    kw["pre_import"] = ["gpusort.backends.cupy", "gpusort.engine.exchange"]
     from dask_cuda import LocalCUDACluster
 
     with _gpu_worker_environ():

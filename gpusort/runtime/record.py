@@ -2,7 +2,7 @@
 
 One record of the machine (:func:`environment`, :func:`write_json`), one
 reading of time by phase (:func:`task_costs`, keyed by
-:data:`gpusort.graph.PHASES`), one measure of the disk (:func:`disk_speed`),
+:data:`gpusort.engine.graph.PHASES`), one measure of the disk (:func:`disk_speed`),
 one count of the bytes moved between workers (:func:`bytes_moved`) and one
 policy for progress bars (:func:`progress`), for the ``gpusort`` command,
 the benchmarks, the workflows and the tests alike.
@@ -124,18 +124,18 @@ def write_json(folder: Path, name: str, document: dict) -> Path:
 
 
 def phase_of(key: Any) -> str:
-    """The phase (a key of :data:`gpusort.graph.PHASES`) of the task ``key``; its name prefix if none.
+    """The phase (a key of :data:`gpusort.engine.graph.PHASES`) of the task ``key``; its name prefix if none.
 
     Examples
     --------
-    >>> from gpusort.graph import PHASES
+    >>> from gpusort.engine.graph import PHASES
     >>> prefix = PHASES["runs"][0]
     >>> phase_of((f"{prefix}-0123abcd", 4)), phase_of("nonesuch-0123abcd")
     ('runs', 'nonesuch')
     """
     from dask.utils import key_split
 
-    from gpusort.graph import PHASES
+    from gpusort.engine.graph import PHASES
 
     # Fused tasks are named after their whole chain (merge-sorted-...): the first name counts.
     prefix = key_split(key).split("-")[0]
@@ -145,19 +145,19 @@ def phase_of(key: Any) -> str:
 def task_costs(client: Any, start: float) -> dict[str, dict[str, float]]:
     """Per phase, the tasks run on ``client`` since ``start`` (a ``time.time()``).
 
-    Each phase of :data:`gpusort.graph.PHASES` (in its order), and the name
+    Each phase of :data:`gpusort.engine.graph.PHASES` (in its order), and the name
     prefix of any other task, maps to ``{"tasks": count, "seconds": compute
     seconds summed over its tasks, "bytes": their output bytes}``.  Clients
     from :func:`gpusort.runtime.clusters.cluster` record the task stream
     from the start.  The seconds of an exchange's phases, which its owners
     run once P2P's barrier task (``shuffle``) has started them, come from
-    the workers (:func:`gpusort.exchange.phase_seconds`).  Its output tasks
+    the workers (:func:`gpusort.engine.exchange.phase_seconds`).  Its output tasks
     (``output``) wait for their owner's merge: a line of their own, so that
     no phase counts that wait.
     """
-    from gpusort.graph import PHASES
+    from gpusort.engine.graph import PHASES
 
-    from gpusort.exchange import phase_seconds as exchange_seconds
+    from gpusort.engine.exchange import phase_seconds as exchange_seconds
 
     costs: dict[str, dict[str, float]] = {phase: {"tasks": 0, "seconds": 0.0, "bytes": 0} for phase in PHASES}
     for task in client.get_task_stream(start=start):
@@ -183,7 +183,7 @@ def phase_timer(client: Any) -> Iterator[dict[str, float]]:
 
     From ``client``'s task stream (:func:`phase_seconds`), or, with no client
     (Dask's threaded or synchronous scheduler), from Dask's local
-    ``Profiler``; phases of :data:`gpusort.graph.PHASES` first, in order.
+    ``Profiler``; phases of :data:`gpusort.engine.graph.PHASES` first, in order.
 
     Examples
     --------
@@ -193,7 +193,7 @@ def phase_timer(client: Any) -> Iterator[dict[str, float]]:
     >>> all(seconds >= 0 for seconds in phases.values()), len(phases) > 0
     (True, True)
     """
-    from gpusort.graph import PHASES
+    from gpusort.engine.graph import PHASES
 
     seconds: dict[str, float] = {}
     if client is not None:
@@ -268,7 +268,7 @@ def bytes_moved(client: Any) -> int:
     """
 
     def moved(dask_worker: Any) -> int:
-        from gpusort.exchange import sent
+        from gpusort.engine.exchange import sent
 
         return int(sum(t.get("total", 0) for t in dask_worker.transfer_incoming_log)) + sent()["bytes"]
 

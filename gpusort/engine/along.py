@@ -7,7 +7,7 @@ With the sort axis moved last, a *row* is a 1-D slice along it and a
             segmented sort: ``np.sort(axis=-1)`` on order keys, or
             :func:`gpusort.gpu.sort` with ``axis=-1``).  One task per block.
 ``gather``  The axis spans chunks but a row fits one task (the 1-D sort's
-            batch, :func:`gpusort.graph.task_bytes`, or :data:`ROW_BLOCKS`
+            batch, :func:`gpusort.engine.graph.task_bytes`, or :data:`ROW_BLOCKS`
             blocks): one task per group of whole rows, about an input block's
             worth, takes its rows' slices of the block-row's blocks and sorts
             them ``within``, and one task per output block cuts its slices
@@ -18,7 +18,7 @@ With the sort axis moved last, a *row* is a 1-D slice along it and a
             parallelism and memory per task; larger groups run slower
             (benchmarks/NOTES.md).
 ``corank``  Rows longer than a task: each block-row is sorted as one 1-D
-            sort of composite keys ``(row, key)`` (:mod:`gpusort.multikey`),
+            sort of composite keys ``(row, key)`` (:mod:`gpusort.engine.multikey`),
             the exact co-rank splitters cutting every row at the output
             chunks' edges; a last task per output block takes its rows'
             slices of the merged block-row.  A block-row of one row needs
@@ -42,9 +42,10 @@ from dask.array.utils import meta_from_array
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort import composite, graph, multikey, order
 from gpusort.arrays import is_cupy, namespace
 from gpusort.backends import backend_for, get_backend
+from gpusort.engine import graph, multikey
+from gpusort.keys import composite, order
 
 #: Rows up to this many input blocks long are gathered whole, even past a task's bytes.
 ROW_BLOCKS = 4

@@ -7,13 +7,13 @@
   one worker) every task sees every run, so nothing is exchanged:
 
   ``runs-``    one task per group of consecutive input chunks: their order keys
-               (:mod:`gpusort.order`) sorted on the backend.  Chunks in GPU
+               (:mod:`gpusort.keys.order`) sorted on the backend.  Chunks in GPU
                memory make one run, one kernel call over all of them; host
                chunks one run per thread (:func:`run_bytes`).
   ``samples-`` one task per run, run as soon as the run is made: every
                ``g``-th of its keys, the splitters' samples.
   ``splits-``  one task: the exact split vectors of every merge block's edges
-               over the runs (:func:`gpusort.corank.exact_splits`), from the
+               over the runs (:func:`gpusort.keys.corank.exact_splits`), from the
                samples and the few keys around each edge that they leave open,
                cut from the runs where they are; absent for one run.
   ``merge-``   one task per block of consecutive output chunks: a k-way merge
@@ -23,7 +23,7 @@
 
 * **Across worker processes** the runs are formed where the chunks live and
   exchanged once, in bulk, by distributed's P2P machinery
-  (:mod:`gpusort.exchange`): ``transfer-`` tasks hand each worker its chunks,
+  (:mod:`gpusort.engine.exchange`): ``transfer-`` tasks hand each worker its chunks,
   P2P's barrier starts the sort on every worker at once, and one task per
   output chunk waits for its owner's merge and takes its view.
 
@@ -47,18 +47,18 @@ from dask.base import tokenize
 from dask._task_spec import DataNode, List, Task, TaskRef
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from gpusort import budget as plan
-from gpusort import chunks as tasks
-from gpusort import collective, comms, corank, exchange, order
 from gpusort.arrays import is_cupy
 from gpusort.backends import MOVABLE_VALUE_BYTES, BackendSpec, Pair
+from gpusort.engine import collective, comms, exchange, tasks
+from gpusort.keys import corank, order
+from gpusort.memory import plan
 
 #: The sort's phases and the task-name prefixes of each, in the order they run.
 #: Timing by phase (:mod:`gpusort.runtime`, the benchmarks, the workflows) reads
 #: the scheduler's task stream through this table, so it lives with the graph
 #: that names the tasks.  Across workers the phases run on every owner once
 #: P2P's barrier (``shuffle-``) has started them, and each worker times them
-#: itself (:func:`gpusort.exchange.phase_seconds`); P2P's output tasks
+#: itself (:func:`gpusort.engine.exchange.phase_seconds`); P2P's output tasks
 #: (``output-``) wait for the merge, so their seconds, that wait, are in no phase.
 PHASES: dict[str, tuple[str, ...]] = {
     "runs": ("runs",),
@@ -74,7 +74,7 @@ class Runs:
 
     Task ``(name, k)`` computes run ``k``: a pair ``(order_keys, values)``
     sorted ascending, ``values`` ``None`` for keys only; ``scheme`` is the
-    order-key scheme (:mod:`gpusort.order`) the keys were encoded with;
+    order-key scheme (:mod:`gpusort.keys.order`) the keys were encoded with;
     ``element_bytes`` what one key and its value take (rows of composite
     keys and records count whole), which sizes the merge tasks.
     """
@@ -129,7 +129,7 @@ def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[in
 
     With ``blocks`` (chunk ranges ``[a, b)``, one per task), task ``b``
     computes several consecutive chunks and chunk ``i`` is a view of it;
-    ``decoded`` (:func:`gpusort.order.decode`'s arguments after the keys)
+    ``decoded`` (:func:`gpusort.keys.order.decode`'s arguments after the keys)
     decodes each chunk from order keys as it is cut.  ``after`` (a layer
     name and keys of it) are tasks every chunk waits for, unread.
     """
@@ -260,13 +260,13 @@ def _client() -> Any:
 
 
 def declared_chunks(keys: da.Array, values: da.Array | None, a: int, b: int) -> list[tasks.Declared]:
-    """What chunks ``a … b-1`` of ``keys`` (and ``values``) declare: :func:`gpusort.chunks.gathered` checks it."""
+    """What chunks ``a … b-1`` of ``keys`` (and ``values``) declare: :func:`gpusort.engine.tasks.gathered` checks it."""
     vdtype = None if values is None else values.dtype
     return [(k, int(keys.chunks[0][k]), keys.dtype, vdtype) for k in range(a, b)]
 
 
 def chunk_inputs(keys: da.Array, values: da.Array | None, a: int, b: int, data: bool = False) -> list:
-    """The task keys of chunks ``a … b-1``, keys and values interleaved, as :func:`gpusort.chunks.gathered` takes them.
+    """The task keys of chunks ``a … b-1``, keys and values interleaved, as :func:`gpusort.engine.tasks.gathered` takes them.
 
     With ``data=True`` a chunk the graph holds as data is passed as itself
     instead of by its key (:func:`block_inputs`): for tasks that run in this
@@ -330,7 +330,7 @@ def form_runs(
     With ``positions=True`` the values are int64 positions into ``keys``
     (argsort) and ``values`` must be ``None``.  ``keys_returned=False`` says
     that only the values will be used (argsort), which lets float keys tie
-    their zeros and NaNs in integer order keys (:func:`gpusort.order.scheme_for`).
+    their zeros and NaNs in integer order keys (:func:`gpusort.keys.order.scheme_for`).
     Chunks are batched into runs (:func:`task_groups`, :func:`run_bytes`)
     unless ``batch=False``, which makes one run per chunk.
     """
@@ -398,8 +398,8 @@ def exchange_method() -> str:
     distributed cluster of one worker -- and moves whole runs anywhere else.
     ``"p2p"``: each worker sorts the chunks it holds and the workers exchange
     exactly the slices the others merge, once, through distributed's P2P
-    machinery (:mod:`gpusort.exchange`).  ``"collective"``: one task per
-    worker, talking through collectives (:mod:`gpusort.collective`; NCCL
+    machinery (:mod:`gpusort.engine.exchange`).  ``"collective"``: one task per
+    worker, talking through collectives (:mod:`gpusort.engine.collective`; NCCL
     between GPU workers, :func:`collective_group`), refused where the
     workers have none.  ``"auto"`` (the default) picks ``"p2p"`` on a
     distributed client with several workers, else ``"local"``, when the
@@ -452,10 +452,10 @@ def sort(
 
 
 def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forced: bool = False) -> comms.Group | None:
-    """The communicators a sort across workers runs on (:mod:`gpusort.collective`), or ``None`` for P2P.
+    """The communicators a sort across workers runs on (:mod:`gpusort.engine.collective`), or ``None`` for P2P.
 
     CuPy chunks of 1-D keys (and values the GPU kernels move) on a cluster
-    of GPU workers with NCCL (:func:`gpusort.comms.ensure`, which makes the
+    of GPU workers with NCCL (:func:`gpusort.engine.comms.ensure`, which makes the
     communicators on first use).  With ``forced`` (``gpusort.exchange:
     "collective"``) a sort that cannot run there is refused, saying why,
     and the workers' communicators serve whatever chunks they move (tests
@@ -480,7 +480,7 @@ def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forc
 def _sort_on_ranks(keys: da.Array, values: da.Array | None, *, descending: bool, backend: Any,
                    chunk: int | tuple[int, ...], positions: bool, keys_returned: bool, group: comms.Group
                    ) -> tuple[da.Array, da.Array | None]:
-    """:func:`sort` as one task per worker of ``group`` (:mod:`gpusort.collective`); output chunks views of their rank's block."""
+    """:func:`sort` as one task per worker of ``group`` (:mod:`gpusort.engine.collective`); output chunks views of their rank's block."""
     nchunks = keys.numblocks[0]
     ranks = corank.output_ranks(int(keys.shape[0]), chunk)
     sizes = (tuple(int(c) for c in np.diff(ranks)),)
@@ -553,11 +553,11 @@ def default_budget_seen() -> int:
 
 def _default_budget_here() -> int:
     try:
-        from gpusort.backends import cupy as gpu
+        from gpusort.backends import cupy as gpu_backend
     except ImportError:  # no CuPy here
         return 0
     try:
-        return gpu.default_budget()
+        return gpu_backend.default_budget()
     except Exception:  # CuPy without a usable GPU
         return 0
 
@@ -565,7 +565,7 @@ def _default_budget_here() -> int:
 def _sort_whole(keys: da.Array, values: da.Array | None, *, descending: bool, backend: Any,
                 chunk: int | tuple[int, ...], positions: bool, keys_returned: bool
                 ) -> tuple[da.Array, da.Array | None]:
-    """:func:`sort` as one task (:func:`gpusort.chunks.sort_chunks_whole`) whose output chunks are views of it."""
+    """:func:`sort` as one task (:func:`gpusort.engine.tasks.sort_chunks_whole`) whose output chunks are views of it."""
     scheme = order.scheme_for(values is not None or positions, keys_returned)
     n = int(keys.shape[0])
     sizes = tuple(int(c) for c in np.diff(corank.output_ranks(n, chunk)))
@@ -645,7 +645,7 @@ def merge_sorted_runs(
 def _sort_across_workers(keys: da.Array, values: da.Array | None, *, descending: bool, backend: Any,
                          chunk: int | tuple[int, ...], positions: bool, keys_returned: bool
                          ) -> tuple[da.Array, da.Array | None]:
-    """:func:`sort` on several workers: the exchange's graph (:mod:`gpusort.exchange`).
+    """:func:`sort` on several workers: the exchange's graph (:mod:`gpusort.engine.exchange`).
 
     Every input chunk is its own transfer task, so that it is sorted where
     it is; only chunks smaller than :data:`TASK_BYTES`' lower bound

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from gpusort.arrays import concatenate, every, to_numpy
-from gpusort.composite import argsort_rows
+from gpusort.keys.composite import argsort_rows
 
 
 def output_ranks(n: int, chunk: int | Sequence[int]) -> np.ndarray:

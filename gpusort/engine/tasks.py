@@ -1,9 +1,9 @@
 """What one task does with chunks: check what they declare, sort them into a run, merge pieces back into keys.
 
-Every path that sorts -- the graph in one process (:mod:`gpusort.graph`), the
-exchange between workers (:mod:`gpusort.exchange`) and the external sort
+Every path that sorts -- the graph in one process (:mod:`gpusort.engine.graph`), the
+exchange between workers (:mod:`gpusort.engine.exchange`) and the external sort
 (:mod:`gpusort.zarr_io`) -- checks its input chunks, encodes order keys
-(:mod:`gpusort.order`) and decodes merged pieces through these functions, so
+(:mod:`gpusort.keys.order`) and decodes merged pieces through these functions, so
 they agree on every chunk's bits.
 """
 
@@ -13,9 +13,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gpusort import order
 from gpusort.arrays import concatenate, in_order, namespace, to_numpy
 from gpusort.backends import Pair, get_backend
+from gpusort.keys import order
 
 Declared = tuple[int, int, np.dtype, "np.dtype | None"]
 """``(chunk index, length, key dtype, value dtype)``: what the Dask array says a chunk holds."""

@@ -21,9 +21,9 @@ distributed's P2P shuffle machinery (the one ``dask.dataframe`` shuffles and
      where ties cannot be told apart (:func:`one_run_per_worker`), else one
      run per range of consecutive chunks, so that run order is input order;
   2. every owner sends every other the samples of its runs (every ``g``-th
-     key), each works out the same windows (:func:`gpusort.corank.plan_windows`),
+     key), each works out the same windows (:func:`gpusort.keys.corank.plan_windows`),
      every owner sends every other its window keys, and each works out the
-     same exact split vectors (:func:`gpusort.corank.split_vectors`) at the
+     same exact split vectors (:func:`gpusort.keys.corank.split_vectors`) at the
      edges of every owner's output ranks;
   3. every owner sends every other, in one message, the slices of its runs
      that the other merges -- CuPy slices GPU to GPU over UCX, host slices as
@@ -36,7 +36,7 @@ distributed's P2P shuffle machinery (the one ``dask.dataframe`` shuffles and
 
 Under a memory limit a worker's inputs, runs and slices are arrays Dask
 neither counts nor spills.  Once those of a worker pass a share of its limit
-(:mod:`gpusort.spill`), it keeps them in files: it forms its runs from
+(:mod:`gpusort.memory.spill`), it keeps them in files: it forms its runs from
 parts that hold at most half the share, each sorted and written in turn
 (the same kind of runs as otherwise, so every owner plans alike), the
 slices it receives and the blocks it merges go to files too, and each
@@ -86,9 +86,11 @@ from distributed.shuffle._core import (
 from distributed.utils import sync
 from distributed.utils_comm import retry
 
-from gpusort import chunks, corank, order, spill
 from gpusort.arrays import concatenate, in_order, synchronize, to_numpy
 from gpusort.backends import get_backend
+from gpusort.engine import tasks
+from gpusort.keys import corank, order
+from gpusort.memory import spill
 
 #: Below this many bytes a message travels as one pickled blob rather than as
 #: frames (distributed's own threshold for P2P shards).
@@ -134,7 +136,7 @@ def phase_seconds(since: float = 0.0) -> dict[str, float]:
 def record_phases(started: float, seconds: dict[str, float]) -> None:
     """Record one sort's seconds per phase (:data:`PHASES`) on this worker, for :func:`phase_seconds`.
 
-    The sort across workers on collectives (:mod:`gpusort.collective`) runs
+    The sort across workers on collectives (:mod:`gpusort.engine.collective`) runs
     its phases inside one task a worker too, and times them here.
     """
     with _lock:
@@ -155,7 +157,7 @@ def one_run_per_worker(stable: bool) -> bool:
     told apart: keys only (equal keys are equal bits), sorted in ``"exact"``
     order.  Floats have keys that are equal but differ in bits (``-0.0``
     and ``0.0``, NaN payloads): the workers check their runs for them
-    (:func:`gpusort.order.tie_keys`) and sort again by ranges of chunks
+    (:func:`gpusort.keys.order.tie_keys`) and sort again by ranges of chunks
     where any two differ.  Stable sorts (values, positions) always sort by
     ranges of consecutive chunks: one range, one run, where a worker's
     chunks are consecutive.
@@ -269,7 +271,7 @@ class SortRun(ShuffleRun[int, Any]):
         self.rows = {r: i for i, r in enumerate(cuts)}  # split vector row of every cut rank
         self._fine = False  # blocks of one output partition each (:meth:`_blocks_of`)
         self._inputs: dict[int, tuple[Any, Any]] = {}
-        # Past this many bytes of host arrays held, they go to files (:mod:`gpusort.spill`).
+        # Past this many bytes of host arrays held, they go to files (:mod:`gpusort.memory.spill`).
         self._spill_at = int(memory_limit * spill.share_setting()) if memory_limit else None
         self._held = 0
         self._maps: weakref.WeakSet = weakref.WeakSet()  # the maps of its files, whose read pages each phase lets go
@@ -327,7 +329,7 @@ class SortRun(ShuffleRun[int, Any]):
             self._inputs[k] = data
 
     def _to_files(self, arrays: list) -> list:
-        """``arrays`` in one file of this run's (:func:`gpusort.spill.to_files`)."""
+        """``arrays`` in one file of this run's (:func:`gpusort.memory.spill.to_files`)."""
         self.raise_if_closed()  # a closed run has taken its folder away
         arrays = spill.to_files(arrays, self.directory)
         with self._lock:
@@ -490,7 +492,7 @@ class SortRun(ShuffleRun[int, Any]):
         keys = concatenate([inputs[k][0] for k in group], spec.key_dtype)
         values = None if inputs[group[0]][1] is None else concatenate([inputs[k][1] for k in group])
         try:
-            okeys, ovalues = chunks.sort_pair(spec.backend, spec.descending, scheme, keys, values,
+            okeys, ovalues = tasks.sort_pair(spec.backend, spec.descending, scheme, keys, values,
                                               overwrite=len(group) > 1)
         except MemoryError:
             if not cut or len(group) == 1:
@@ -560,7 +562,7 @@ class SortRun(ShuffleRun[int, Any]):
         spec = self.spec
         for start, stop, a, b in self._blocks_of(self.local_address):
             by_run = pieces.pop(start, {})  # each block's slices go as it is merged
-            merged = chunks.merge_pieces(spec.backend, spec.key_dtype, spec.descending, scheme,
+            merged = tasks.merge_pieces(spec.backend, spec.key_dtype, spec.descending, scheme,
                                          [by_run[k] for k in sorted(by_run)])
             del by_run
             if self.spilling:  # the output tasks read it from its file
@@ -647,7 +649,7 @@ class SortRun(ShuffleRun[int, Any]):
         return self.worker_for[partition_id]
 
     def read(self, path):  # pragma: no cover - P2P's disk buffer is not used
-        raise NotImplementedError("the sort keeps its arrays in memory, or in files of its own (gpusort.spill)")
+        raise NotImplementedError("the sort keeps its arrays in memory, or in files of its own (gpusort.memory.spill)")
 
     def deserialize(self, buffer: Any) -> Any:  # pragma: no cover - see read
         return buffer
@@ -703,7 +705,7 @@ def _transfer(id: ShuffleId, k: int, offset: int | None, declared: list, *chunk_
             "it through that cluster's client, or build it under "
             "dask.config.set({'gpusort.exchange': 'local'})"
         ) from None
-    pair = chunks.gathered(declared, offset, chunk_data)  # a chunk that lies stops here, by name
+    pair = tasks.gathered(declared, offset, chunk_data)  # a chunk that lies stops here, by name
     with handle_transfer_errors(id):
         plugin = get_worker_plugin()
         run = _active_run(plugin, id)
@@ -737,7 +739,7 @@ def exchange_layer(parts: list[tuple[int | None, list, list]], token: str, spec_
 
     ``parts`` holds, per transfer task, the offset of its positions (argsort,
     else ``None``), what its chunks declare and the keys of its chunks
-    (:func:`gpusort.chunks.gathered`); ``spec_args`` the fields of
+    (:func:`gpusort.engine.tasks.gathered`); ``spec_args`` the fields of
     :class:`SortSpec` but ``id``.  Returns the tasks and the name of the
     output tasks, ``(name, j)`` for output chunk ``j``.
     """

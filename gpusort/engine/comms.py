@@ -1,6 +1,6 @@
 """Collectives between Dask's GPU workers: NCCL communicators made once per cluster, used by one task a worker.
 
-The sort across GPU workers (:mod:`gpusort.collective`) runs one task per
+The sort across GPU workers (:mod:`gpusort.engine.collective`) runs one task per
 worker, and those tasks talk to each other through a :class:`Collectives`: agree
 that every rank is still well, all-gather a few host bytes (the splitters'
 samples and windows), and swap the slices of the runs with one grouped

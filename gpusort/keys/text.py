@@ -9,7 +9,7 @@ field and becomes the same strings again (:func:`strings`).
 Order keys: UTF-8 preserves code-point order byte by byte, so Python's
 order of strings (pandas' for ``object`` and Arrow's for ``string``) is the
 order of the padded bytes, read as big-endian 64-bit words, most
-significant first (:func:`gpusort.order.byte_columns`, as NumPy's ``S``
+significant first (:func:`gpusort.keys.order.byte_columns`, as NumPy's ``S``
 keys sort) -- with the length after them, which puts ``"a"`` before
 ``"a\\x00"`` where the padding ties them (:func:`key_columns`).
 """
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpusort import order
+from gpusort.keys import order
 
 
 def is_text(dtype: Any) -> bool:
@@ -126,7 +126,7 @@ def strings(recs: np.ndarray, dtype: Any) -> Any:
 
 
 def key_widths(width: int) -> list[int]:
-    """Bit widths of :func:`key_columns`: the bytes' words (:func:`gpusort.order.byte_widths`), then the length."""
+    """Bit widths of :func:`key_columns`: the bytes' words (:func:`gpusort.keys.order.byte_widths`), then the length."""
     return order.byte_widths(max(width, 1)) + [max(1, int(width).bit_length())]
 
 

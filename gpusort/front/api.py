@@ -1,4 +1,4 @@
-"""Public API: check the arguments, then hand over to :mod:`gpusort.graph`."""
+"""Public API: check the arguments, then hand over to :mod:`gpusort.engine.graph`."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
 
-from gpusort import graph, multikey, order
 from gpusort.arrays import is_cupy, namespace, to_numpy
 from gpusort.backends import BACKENDS, BackendSpec, backend_for, backend_spec
-from gpusort.budget import parse_budget
+from gpusort.engine import graph, multikey
+from gpusort.keys import order
+from gpusort.memory.plan import parse_budget
 
 
 def sort(
@@ -39,7 +40,7 @@ def sort(
         array.
     axis : int or None
         The axis to sort along, each row on its own, as ``np.sort``: any axis
-        of N-D ``x``, chunked along it or not (:mod:`gpusort.axis`); the
+        of N-D ``x``, chunked along it or not (:mod:`gpusort.engine.along`); the
         output has the input's chunks.  ``None`` sorts the flattened array.
     descending : bool
         Largest first.  NaN (and NaT) still come last, as in NumPy.
@@ -140,7 +141,7 @@ def lexsort(
     Notes
     -----
     The keys' order keys are packed into one composite key
-    (:mod:`gpusort.composite`): two int32 keys sort as one 64-bit key.
+    (:mod:`gpusort.keys.composite`): two int32 keys sort as one 64-bit key.
 
     Examples
     --------
@@ -236,7 +237,7 @@ def topk(x: Any, k: int, axis: int | None = -1, split_every: int | None = None) 
     the largest keys, as in NumPy's order.  Exact, in the input's bits, and
     without sorting ``x``: each chunk keeps the ``|k|`` extremes of each row
     (a linear-time sample select, on the GPU for 1-D CuPy chunks), and only
-    those are selected again and sorted (:mod:`gpusort.select`).
+    those are selected again and sorted (:mod:`gpusort.engine.select`).
 
     Parameters
     ----------
@@ -250,9 +251,9 @@ def topk(x: Any, k: int, axis: int | None = -1, split_every: int | None = None) 
         The axis to select along (each row on its own); ``None`` flattens ``x``.
     split_every : int, optional
         Survivors of how many tasks one step of the tree combines; by
-        default as many as make about :data:`gpusort.select.COMBINE_KEYS`
+        default as many as make about :data:`gpusort.engine.select.COMBINE_KEYS`
         keys, so a few hundred chunks take one step.  Neighbouring chunks
-        are first batched into tasks of up to :func:`gpusort.graph.task_bytes`.
+        are first batched into tasks of up to :func:`gpusort.engine.graph.task_bytes`.
 
     Returns
     -------
@@ -271,7 +272,7 @@ def topk(x: Any, k: int, axis: int | None = -1, split_every: int | None = None) 
     >>> gpusort.topk(da.from_array([[3, 1, 2], [0, 9, 4]], chunks=1), 1, axis=0).compute()
     array([[3, 9, 4]])
     """
-    from gpusort import select
+    from gpusort.engine import select
 
     if axis is None:
         x, axis = _as_keys(x, None, "x"), 0
@@ -301,7 +302,7 @@ def searchsorted(sorted_x: Any, v: Any, side: str = "left", sorter: Any = None) 
     any shape (a Dask array keeps its chunks).  ``side="left"``: the first
     position (before equal keys), ``"right"``: after them.  Positions index
     the whole array, as ``np.searchsorted(sorted_x.compute(), v)`` would: each
-    needle is routed to the one chunk it must search (:mod:`gpusort.search`);
+    needle is routed to the one chunk it must search (:mod:`gpusort.engine.search`);
     NaN needles go after every number.
 
     ``sorter``, as NumPy's: integer positions that sort ``sorted_x`` (a Dask,
@@ -327,7 +328,7 @@ def searchsorted(sorted_x: Any, v: Any, side: str = "left", sorter: Any = None) 
     >>> int(gpusort.searchsorted(s, 3, side="right").compute())
     3
     """
-    from gpusort import search
+    from gpusort.engine import search
 
     x = _as_keys(sorted_x, 0, "sorted_x")
     if sorter is not None:
@@ -370,7 +371,7 @@ def unique(
 
     ``x`` is flattened.  Keys are equal as ``np.unique`` compares them:
     ``-0.0 == 0.0`` and every NaN (NaT) is one key (NumPy's ``equal_nan``).
-    Built on one sort (:mod:`gpusort.distinct`); the inverse takes a second.
+    Built on one sort (:mod:`gpusort.engine.distinct`); the inverse takes a second.
     ``backend`` and ``gpu_memory_budget`` are those of :func:`sort`.
 
     Returns
@@ -392,7 +393,7 @@ def unique(
     >>> [a.compute().tolist() for a in gpusort.unique(x, return_index=True, return_inverse=True)[1:]]
     [[4, 2, 0, 1], [2, 3, 1, 2, 0, 0, 3]]
     """
-    from gpusort import distinct
+    from gpusort.engine import distinct
 
     for name, flag in (("return_index", return_index), ("return_inverse", return_inverse),
                        ("return_counts", return_counts)):
@@ -517,7 +518,7 @@ def _sort_any(keys: list, axis, options: SortOptions, *, positions: bool) -> da.
             return got_positions if positions else got_keys
         carried = None if positions else flat[0]  # composite keys do not decode: the keys travel as values
         return _sort_composite(flat[::-1], carried, options)
-    from gpusort import axis as along
+    from gpusort.engine import along
 
     axis = _check_axis(axis, first.ndim, argname)
     _check_no_chunks(options.chunks, axis, first.ndim, argname)

@@ -1,25 +1,25 @@
 """Merging two sorted Dask arrays: the sort's phases 2-3 over runs that are already sorted.
 
 Sorted ``a`` and ``b`` are runs already, so a merge is a sort without
-phase 1 (:mod:`gpusort.graph`).  Consecutive chunks of each input are
+phase 1 (:mod:`gpusort.engine.graph`).  Consecutive chunks of each input are
 batched into runs as the sort batches its chunks (``runs-``, one task per
 run, tiny chunks a few tasks in all); then every run publishes every
 ``g``-th order key (``samples-``), one task finds the exact co-ranks of the
 output blocks' edges from the samples and the few keys around each edge
-(``splits-``, :func:`gpusort.corank.exact_splits`), and one task per block
+(``splits-``, :func:`gpusort.keys.corank.exact_splits`), and one task per block
 of output chunks merges exactly its slices (``merge-``).  ``a``'s runs come
 before ``b``'s, so the strict order ``(key, run, position)`` of
-:mod:`gpusort.corank` takes ``a``'s ties first, each input's in its order.
+:mod:`gpusort.keys.corank` takes ``a``'s ties first, each input's in its order.
 Every task depends on its chunks, or on the runs and their samples: the
 graph has ``O(p + q + J)`` tasks and dependencies for ``p`` and ``q`` input
 chunks and ``J`` output chunks, as the sort's does, and needs the memory the
 sort needs.
 
-Order keys are :func:`gpusort.order.encode`'s scheme ``"float"`` for real
+Order keys are :func:`gpusort.keys.order.encode`'s scheme ``"float"`` for real
 keys: floats compared as floats, ``-0.0`` tied with ``0.0`` and every NaN
 with every other NaN, as NumPy compares them, so a merge of sorted inputs
 never reorders a tie, and the merged keys decode to the inputs' exact bits.
-Complex keys merge as composite order keys (:mod:`gpusort.multikey`) and
+Complex keys merge as composite order keys (:mod:`gpusort.engine.multikey`) and
 carry themselves (and their values, as records).
 
 Nothing checks the inputs up front: each run task checks the order of the
@@ -39,10 +39,11 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort import composite, graph, multikey, order
-from gpusort.api import SortOptions, as_dask
 from gpusort.arrays import concatenate, is_cupy, namespace, to_numpy
 from gpusort.backends import BackendSpec, Pair
+from gpusort.engine import graph, multikey
+from gpusort.front.api import SortOptions, as_dask
+from gpusort.keys import composite, order
 
 
 def merge(
@@ -90,7 +91,7 @@ def merge(
     -----
     No sort: the inputs' chunks become runs as they are, checked for order
     as they are encoded, and the sort's co-rank splitters and merges do the
-    rest (see :mod:`gpusort.sorted_merge`).  The graph grows with the
+    rest (see :mod:`gpusort.front.sorted_merge`).  The graph grows with the
     number of chunks, not with its square.
 
     Examples
@@ -237,7 +238,7 @@ def _check_known_chunks(x: da.Array, name: str) -> None:
 def _graph(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None, chunk: int):
     """The merge's tasks: a run per group of consecutive chunks of one input, then the sort's phases 2-3.
 
-    Every run is already sorted, so :func:`gpusort.graph.merge_sorted_runs`
+    Every run is already sorted, so :func:`gpusort.engine.graph.merge_sorted_runs`
     merges them as it merges a sort's runs: ``a``'s runs come first, so its
     strict order ``(key, run, position)`` keeps ``a``'s ties first, each
     input's in its order.  Real keys take order keys of scheme ``"float"``,
@@ -259,7 +260,7 @@ def _graph(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None, ch
 def _runs(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None) -> graph.Runs:
     """Runs of consecutive chunks of each input (``a``'s first), each checked for order by the task that makes it.
 
-    Chunks are batched as the sort batches them (:func:`gpusort.graph.run_bytes`),
+    Chunks are batched as the sort batches them (:func:`gpusort.engine.graph.run_bytes`),
     so tiny chunks cost a task in all, and every run also reads the last
     chunk before it that holds a key, to check the join: together the runs
     check every neighbouring pair of each input.  Each run task depends on
@@ -272,7 +273,7 @@ def _runs(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None) -> 
     element = okey_bytes + carried
     total = sum(int(k.shape[0]) for k in keys)
     target = graph.run_bytes(total * element, is_cupy(keys[0]._meta))
-    name = "runs-" + tokenize("gpusort.sorted_merge", spec, keys, values, target)
+    name = "runs-" + tokenize("gpusort.front.sorted_merge", spec, keys, values, target)
     dsk: dict = {}
     lengths: list[int] = []
     for s, k in enumerate(keys):

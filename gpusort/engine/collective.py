@@ -1,6 +1,6 @@
 """The sort across GPU workers on collectives: one task per worker sorts, splits, swaps and merges.
 
-Where every worker of a cluster holds a communicator (:mod:`gpusort.comms`:
+Where every worker of a cluster holds a communicator (:mod:`gpusort.engine.comms`:
 NCCL between dask-cuda's GPU workers), the multi-GPU phase of a sort is
 one task per worker, rank ``r`` pinned to worker ``r``:
 
@@ -9,12 +9,12 @@ one task per worker, rank ``r`` pinned to worker ``r``:
    runs: one run of them all where ties cannot be told apart (keys only,
    integers), else one run per range of consecutive chunks, so that run
    order is input order and ties keep it (the strict order ``(key, run,
-   position)`` of :mod:`gpusort.corank`).  Every rank knows every run's
+   position)`` of :mod:`gpusort.keys.corank`).  Every rank knows every run's
    label and length from the graph alone.
 2. **Splitters.**  Each rank all-gathers its runs' samples (every ``g``-th
-   key), plans the same windows (:func:`gpusort.corank.plan_windows`),
+   key), plans the same windows (:func:`gpusort.keys.corank.plan_windows`),
    all-gathers its window keys, and computes the same exact split vectors
-   (:func:`gpusort.corank.split_vectors`) at the edges of every rank's
+   (:func:`gpusort.keys.corank.split_vectors`) at the edges of every rank's
    output ranks: a few MiB of host bytes in two rounds.
 3. **Exchange.**  One grouped send/receive between every pair of ranks
    (NCCL's all-to-all) moves each slice of each run to the rank that merges
@@ -22,7 +22,7 @@ one task per worker, rank ``r`` pinned to worker ``r``:
 4. **Merge.**  Each rank merges its pieces, in run order, into its block of
    output ranks: exactly balanced, stable, deterministic.
 
-Before each collective step the ranks agree (:meth:`gpusort.comms.Collectives.agree`)
+Before each collective step the ranks agree (:meth:`gpusort.engine.comms.Collectives.agree`)
 that every one of them is well, so a rank that fails (out of memory, a
 chunk that is not what it declares) fails the sort on every rank at once
 instead of leaving the others waiting.
@@ -45,9 +45,10 @@ from dask._task_spec import TaskRef
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort import chunks, comms, corank, exchange, order
 from gpusort.arrays import copy_into, is_cupy, synchronize
 from gpusort.backends import Pair
+from gpusort.engine import comms, exchange, tasks
+from gpusort.keys import corank, order
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class Plan:
     token: str
     group: comms.Group
     owned: tuple[tuple[int, ...], ...]
-    declared: tuple[chunks.Declared, ...]  # every input chunk's
+    declared: tuple[tasks.Declared, ...]  # every input chunk's
     edges: tuple[int, ...]
     positions: bool  # argsort: the values are the keys' positions
     merge_all: bool  # keys whose ties are equal bits: one run a rank
@@ -109,11 +110,11 @@ class Ranks:
 
 def rank_graph(keys: da.Array, values: da.Array | None, *, descending: bool, backend: Any, ranks: np.ndarray,
                positions: bool, keys_returned: bool, group: comms.Group, client: Any,
-               declared: Sequence[chunks.Declared], inputs: Sequence[list]) -> Ranks:
+               declared: Sequence[tasks.Declared], inputs: Sequence[list]) -> Ranks:
     """The rank tasks of a sort of ``keys`` into output ranks ``ranks``, one per worker of ``group``.
 
     ``declared`` and ``inputs`` are, per input chunk, what it declares and
-    the task keys of its keys and values (:func:`gpusort.graph.chunk_inputs`).
+    the task keys of its keys and values (:func:`gpusort.engine.graph.chunk_inputs`).
     """
     lengths = [int(c) for c in keys.chunks[0]]
     n, nranks = sum(lengths), len(group.workers)
@@ -277,7 +278,7 @@ def _sort(plan: Plan, comm: comms.Collectives, rank: int, data: Sequence[Any]) -
     seconds["exchange"] = lap()
     del runs, sends, recvs
     pieces = [_piece(buffers, k) for k in range(len(table))]
-    merged = chunks.merge_pieces(plan.backend, plan.key_dtype, plan.descending, plan.scheme, pieces,
+    merged = tasks.merge_pieces(plan.backend, plan.key_dtype, plan.descending, plan.scheme, pieces,
                                  scratch=buffers[:2])  # the buffer is the pieces end to end: merged in place
     synchronize(merged[0])  # the task ends when its block is there, and its clock with it
     seconds["merges"] = lap()
@@ -324,7 +325,7 @@ def _form_runs(plan: Plan, rank: int, runs: list[list[int]], data: Sequence[Any]
     """This rank's runs, sorted: ``data`` holds its chunks' keys and values, interleaved, in chunk order."""
     at = {k: j for j, k in enumerate(plan.owned[rank])}
     offsets = np.concatenate(([0], np.cumsum([d[1] for d in plan.declared]))).tolist()
-    return [chunks.sort_chunks(plan.backend, plan.descending, plan.scheme, offsets[run[0]] if plan.positions else None,
+    return [tasks.sort_chunks(plan.backend, plan.descending, plan.scheme, offsets[run[0]] if plan.positions else None,
                                [plan.declared[k] for k in run], *[x for k in run for x in data[2 * at[k]:2 * at[k] + 2]])
             for run in runs]
 

@@ -353,7 +353,7 @@ def key_columns(keys: Any, descending: bool, scheme: Scheme = "tied") -> tuple[l
 
     One column, :func:`encode`'s, for every real dtype; three for complex
     keys (:func:`complex_columns`); for bytes, str, void and structured keys
-    those of :func:`fixed_width_columns`.  :class:`gpusort.composite.Layout` packs
+    those of :func:`fixed_width_columns`.  :class:`gpusort.keys.composite.Layout` packs
     them next to other columns.
 
     Columns are unsigned, as a layout packs them: the signed order keys of

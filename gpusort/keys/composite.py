@@ -2,8 +2,8 @@
 
 ``lexsort``, complex keys and N-D sorts along an axis all compare tuples:
 the key arrays of a lexsort, a complex number's NaN class, then its parts
-(:func:`gpusort.order.complex_columns`), or a row number, then the key.
-Each column is first an unsigned order key (:func:`gpusort.order.encode`)
+(:func:`gpusort.keys.order.complex_columns`), or a row number, then the key.
+Each column is first an unsigned order key (:func:`gpusort.keys.order.encode`)
 of as many bits as it needs (a row number of ``R`` rows takes
 ``(R - 1).bit_length()``, a bool one bit); a :class:`Layout` then writes the
 columns one after another into a single bit string, most significant first,
@@ -164,7 +164,7 @@ def argsort_column(keys: np.ndarray) -> np.ndarray:
     """Stable positions that sort 1-D ``keys``: integers wider than two bytes by :func:`argsort_words`.
 
     Sorted keys do not come here: a run's keys are checked first
-    (the backends' ``is_sorted``, in :func:`gpusort.chunks.sort_pair`).
+    (the backends' ``is_sorted``, in :func:`gpusort.engine.tasks.sort_pair`).
 
     Examples
     --------

@@ -3,8 +3,8 @@
 A row travels as two fixed-width parts, made by one task per input
 partition:
 
-* its **composite order key** (:mod:`gpusort.composite`): every key
-  column's order key (:func:`gpusort.order.key_columns`, scheme ``"tied"``:
+* its **composite order key** (:mod:`gpusort.keys.composite`): every key
+  column's order key (:func:`gpusort.keys.order.key_columns`, scheme ``"tied"``:
   ``-0.0`` ties with ``0.0``, NaN with NaN, as pandas compares them), each
   in its own direction, packed most significant first into one unsigned
   integer, or into rows of 64-bit words past 64 bits.  A descending column
@@ -14,10 +14,10 @@ partition:
 * its **record**: the bytes of the index and of every column the key does
   not give back exactly -- the other columns and float keys, whose zeros
   and NaNs tie in the order key but keep their bits in the record, and
-  strings, which travel as fixed-width UTF-8 records (:mod:`gpusort.text`).
+  strings, which travel as fixed-width UTF-8 records (:mod:`gpusort.keys.text`).
 
 Both go through one stable sort by composite key with the records carried
-as values (:func:`gpusort.multikey.sort`: exact co-rank splitters, one merge
+as values (:func:`gpusort.engine.multikey.sort`: exact co-rank splitters, one merge
 per output partition), so every column moves once, in bulk, and the graph
 has ``O(partitions)`` tasks; a positional gather (``x[positions]``) would
 multiply input by output partitions.  One task per output partition
@@ -38,8 +38,9 @@ import pandas as pd
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort import composite, multikey, order, text
-from gpusort.api import SortOptions
+from gpusort.engine import multikey
+from gpusort.front.api import SortOptions
+from gpusort.keys import composite, order, text
 
 
 def sort_values(
@@ -124,7 +125,7 @@ def sort_values(
 
     Strings (``str``/``string`` columns, and ``object`` columns of ``str``)
     travel and sort as fixed-width UTF-8 bytes padded to the column's
-    longest string (:mod:`gpusort.text`), in Python's (and pandas') order of
+    longest string (:mod:`gpusort.keys.text`), in Python's (and pandas') order of
     code points; a column with a few very long strings makes every row that
     wide.  Categorical keys sort by their categories' order, as pandas sorts
     ordered and unordered ones.
@@ -216,12 +217,12 @@ class _Field:
 
     @property
     def text(self) -> bool:
-        """Whether it travels as :mod:`gpusort.text` records of strings."""
+        """Whether it travels as :mod:`gpusort.keys.text` records of strings."""
         return text.is_text(self.dtype) and self.storage.kind == "V"
 
     @property
     def objects(self) -> bool:
-        """Whether it is an ``object`` column of numbers, which travel as :data:`gpusort.text.NUMBERS`."""
+        """Whether it is an ``object`` column of numbers, which travel as :data:`gpusort.keys.text.NUMBERS`."""
         return text.is_text(self.dtype) and self.storage.kind != "V"
 
     def missing(self, values: np.ndarray) -> np.ndarray:
@@ -372,7 +373,7 @@ def _field(meta: pd.DataFrame, label: Any, position: int, key: bool, widths: dic
     """The field of one column (or index level), or an error that names it and the fix.
 
     ``widths``: the longest string of every text column (by position), as measured, or the NumPy dtype that
-    an ``object`` column of numbers travels as (:func:`gpusort.text.content`).  ``dtype`` and
+    an ``object`` column of numbers travels as (:func:`gpusort.keys.text.content`).  ``dtype`` and
     ``transform``: a key's dtype after pandas' ``key=`` callable, which its values go through.
     """
     what = _what(meta, label, position)

@@ -49,7 +49,7 @@ import cupy
 import cupyx
 from cupy.cuda import runtime
 
-from gpusort.hostpool import HostCache, HostPool
+from gpusort.memory.hostpool import HostCache, HostPool
 
 #: Pinned staging bytes per GPU and process, unless ``dask.config`` ``gpusort.pinned-bytes`` says otherwise.
 PINNED_BYTES = 128 * 2**20

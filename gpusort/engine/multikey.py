@@ -1,9 +1,9 @@
 """Sorts by composite keys over Dask arrays: several keys (lexsort), complex keys, carried records.
 
-The key arrays' order-key columns (:func:`gpusort.order.key_columns`) are
-packed into one composite order key per element (:mod:`gpusort.composite`)
+The key arrays' order-key columns (:func:`gpusort.keys.order.key_columns`) are
+packed into one composite order key per element (:mod:`gpusort.keys.composite`)
 by a blockwise task, and the composite keys go through the same three
-phases as any key (:func:`gpusort.graph.sort`): exact co-rank splitters,
+phases as any key (:func:`gpusort.engine.graph.sort`): exact co-rank splitters,
 one merge per block of output chunks.  The keys are compared ascending: directions are
 already in the columns.  What comes out is what the caller carried:
 positions (``lexsort``, ``argsort``), the keys themselves (a complex
@@ -18,8 +18,9 @@ from typing import Any, Sequence
 import dask.array as da
 import numpy as np
 
-from gpusort import composite, graph, order
 from gpusort.arrays import namespace
+from gpusort.engine import graph
+from gpusort.keys import composite, order
 
 
 def layout_of(dtypes: Sequence[np.dtype], descending: bool, row_bits: int = 0) -> composite.Layout:

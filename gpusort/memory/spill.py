@@ -1,6 +1,6 @@
 """Host arrays kept in files under a worker's memory limit: written once, read back through a read-only map.
 
-A worker's exchange (:class:`gpusort.exchange.SortRun`) holds its inputs,
+A worker's exchange (:class:`gpusort.engine.exchange.SortRun`) holds its inputs,
 its runs and the slices other workers send it outside the memory Dask
 manages: Dask can neither count nor spill them, and where they pass the
 worker's memory limit Dask pauses the worker (which then never finishes

@@ -24,7 +24,7 @@ A chunk whose sort does not fit is cut into sub-runs that do; each is sorted
 on the GPU and lands in host memory, and the sub-runs are merged.  A merge
 whose pieces do not fit is done in *ranges of output ranks*: the exact split
 vectors of ranks ``0, m, 2m, ...`` over the host pieces come from
-:mod:`gpusort.corank` (regular samples, windows, refine), so every range is
+:mod:`gpusort.keys.corank` (regular samples, windows, refine), so every range is
 exactly ``m`` elements, each a small merge on the GPU written straight into
 its place in the host output.  Ties keep (piece, position) order, so the
 result is the stable merge, equal to one merge of everything.
@@ -41,7 +41,7 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from gpusort import corank
+from gpusort.keys import corank
 
 Pair = tuple[Any, Any]
 
@@ -106,7 +106,7 @@ def whole_bytes(n: int, key_bytes: int, value_bytes: int = 0, temporaries: int =
 
     :func:`sort_bytes`, and ``temporaries`` arrays of the keys' size: the
     new arrays that encoding and decoding order keys on the GPU make while
-    their inputs live (:func:`gpusort.order.encode_temporaries`).
+    their inputs live (:func:`gpusort.keys.order.encode_temporaries`).
     """
     return sort_bytes(n, key_bytes, value_bytes) + temporaries * n * key_bytes
 
@@ -171,7 +171,7 @@ def range_splits(pieces: Sequence[np.ndarray], step: int) -> np.ndarray:
     inner = ranks[1:-1]
     if not len(inner):
         return corank.split_vectors(lengths, inner)
-    # The splitter phases of gpusort.graph, in one process.
+    # The splitter phases of gpusort.engine.graph, in one process.
     g = corank.sample_stride(int(ranks[-1]), len(pieces), len(inner))
     lo, hi = corank.plan_windows([p[::g] for p in pieces], lengths, inner, g)
     windows = [

@@ -8,7 +8,7 @@ carved from one block of pinned memory, registered once per process and
 reused by later sorts, move by DMA alone; so do merged output chunks
 carved from it where the runs leave room, which saves the host copy of the
 output's download too.  :class:`HostPool` is the allocator, free of CUDA:
-:func:`gpusort.staging.run_pool` gives it its pinned block.
+:func:`gpusort.memory.staging.run_pool` gives it its pinned block.
 
 An array from :meth:`HostPool.empty` is an ordinary NumPy array whose
 ``base`` is a lease of its bytes; every view of it holds the lease too, and

@@ -1,7 +1,7 @@
 """Selection: the ``k`` largest or smallest keys of a Dask array, without sorting it.
 
 A tree reduction along the axis: every chunk keeps its ``|k|`` extreme
-*order keys* (:mod:`gpusort.order`, scheme ``"exact"``) in each row, the
+*order keys* (:mod:`gpusort.keys.order`, scheme ``"exact"``) in each row, the
 survivors of neighbouring chunks are selected again, and the last ``|k|``
 are sorted and decoded.  Order keys make the selection an integer one and
 NaN the largest key, as NumPy's order has it; being a bijection, equal order
@@ -35,9 +35,9 @@ from typing import Any, Sequence
 
 import dask.array as da
 
-from gpusort import order
 from gpusort.arrays import is_cupy, namespace
 from gpusort.backends import get_backend
+from gpusort.keys import order
 
 #: Candidate sets this small are sorted outright.
 SMALL = 4096
@@ -215,7 +215,7 @@ def topk(x: da.Array, k: int, axis: int, split_every: int | None) -> da.Array:
 
     A tree reduction, Dask's shape written out so that its first step can
     take several chunks a task: neighbouring blocks along ``axis`` are
-    batched up to :func:`gpusort.graph.task_bytes` (as the sort's runs are),
+    batched up to :func:`gpusort.engine.graph.task_bytes` (as the sort's runs are),
     because each task costs the scheduler more than a GPU takes to select
     from a GiB of keys.  Then ``split_every`` survivors a task
     until one task is left, which ranks them; a single batch is that task.
@@ -223,7 +223,7 @@ def topk(x: da.Array, k: int, axis: int, split_every: int | None) -> da.Array:
     from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
 
-    from gpusort import graph
+    from gpusort.engine import graph
 
     width = math.prod(max(c, default=0) for d, c in enumerate(x.chunks) if d != axis)
     element = x.dtype.itemsize * max(width, 1)

@@ -3,7 +3,7 @@
 The sorted keys (with their input positions when the index or the inverse is
 asked for: one stable :func:`gpusort.sort_by_key`) fall into groups of equal
 keys, equal as ``np.unique`` compares them: ``-0.0 == 0.0``, and every NaN
-(NaT) one group -- the ``"tied"`` order keys of :mod:`gpusort.order`.  Every
+(NaT) one group -- the ``"tied"`` order keys of :mod:`gpusort.keys.order`.  Every
 chunk marks where its groups start, its first key compared with the last key
 of the chunks before it, which a chain of tiny tasks carries past empty
 chunks.  Then, per chunk:
@@ -30,8 +30,8 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort import order
 from gpusort.arrays import namespace, to_numpy
+from gpusort.keys import order
 
 
 def _last_key(block: Any) -> Any:
