@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster, wait
 from distributed.diagnostics.plugin import WorkerPlugin
-from distributed.protocol import serialize, to_serialize
+from distributed.protocol import deserialize, serialize, to_serialize
 
 import gpusort
 from gpusort.engine import exchange
@@ -26,10 +26,13 @@ ONE_CHUNK_PER_TASK = {"gpusort.task-bytes": 0}
 def test_messages_serialize_array_by_array():
     """A message's arrays travel as frames: distributed must not pickle it whole (a GPU slice would go via host)."""
     keys, values = np.arange(100), np.arange(100.0)
-    message = [(exchange._framed([keys[10:60], values[10:60]]), ("slabs", 0, 1, [(0, 2)], False))]
+    slabs = exchange.Header("slabs", 0, 1, exchange.Slabs([(0, 2)], False))
+    message = [(exchange._framed([keys[10:60], values[10:60]]), slabs)]
     header, frames = serialize(to_serialize(message), serializers=("dask", "pickle"))
     flat = str(header)
     assert "'serializer': 'dask'" in flat and flat.count("'type': 'numpy.ndarray'") >= 2, flat[:400]
+    ((_, got),) = deserialize(header, frames)
+    assert got == slabs and got.about.where == [(0, 2)]  # the header arrives as the record it left as
     assert exchange._framed([])[0].size == 0  # a message without arrays still leads with one
 
 
@@ -235,8 +238,9 @@ def test_sorted_input_takes_the_short_way_and_stays_exact(eight_workers, kind):
 def test_runs_that_tie_on_label_and_length_are_ordered_alike_on_every_owner():
     """Round 1's runs are ordered by (label, length), then sender: never by their sample arrays."""
 
-    def message(sender, labels, samples):  # (arrays, (*tag, sender, labels, lengths, ties, lasts, spilling))
-        return samples, ("samples", 0, sender, labels, [10] * len(labels), set(), [None] * len(labels), False)
+    def message(sender, labels, samples):
+        described = exchange.Described(labels, [10] * len(labels), set(), [None] * len(labels), False)
+        return samples, exchange.Header("samples", 0, sender, described)
 
     described = [message(1, [3], [np.array([5, 9])]), message(0, [3, 7], [np.array([1, 4]), np.array([2, 8])]),
                  message(2, [0], [np.array([0, 6])])]

@@ -66,7 +66,7 @@ import time
 import weakref
 from collections import defaultdict, deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from dask._task_spec import Task, TaskRef
@@ -244,6 +244,55 @@ def consecutive(ids: list[int]) -> list[list[int]]:
     return groups
 
 
+class Input(NamedTuple):
+    """The header of an input part sent to its owner before the barrier: part ``part``, keys only or with values."""
+
+    part: int
+    keys_only: bool
+
+
+class Described(NamedTuple):
+    """What round 1 says of a sender's runs, whose samples are the message's arrays (one a run)."""
+
+    labels: list[int]
+    lengths: list[int]
+    ties: set[int]  # order keys of its float ties (zeros, NaNs)
+    lasts: list  # each run's last key (None: rows of composite keys)
+    spilling: bool  # it keeps its arrays in files
+
+
+class Windows(NamedTuple):
+    """What round 2 says of a sender's window keys, the message's arrays (one a run)."""
+
+    labels: list[int]
+
+
+class Slabs(NamedTuple):
+    """What the swap says of the slices of runs it sends: ``(block start, run index)`` each, in order."""
+
+    where: list[tuple[int, int]]
+    keys_only: bool  # one array a slice (keys), else two (keys, values)
+
+
+class Header(NamedTuple):
+    """The header of a message between owners: its round, the sort's attempt, its sender, and what it says.
+
+    ``kind`` is ``"samples"`` (round 1, :class:`Described`), ``"windows"``
+    (round 2, :class:`Windows`) or ``"slabs"`` (the swap, :class:`Slabs`);
+    a retried sort starts again at a new ``attempt``.
+    """
+
+    kind: str
+    attempt: int
+    sender: int
+    about: Any
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        """What tells this message from every other of the run's: a retried send arrives twice."""
+        return self.kind, self.attempt, self.sender
+
+
 @dataclass
 class _Run:
     """One sorted run of this worker: ``label`` (its first input part) orders it among all runs."""
@@ -299,7 +348,7 @@ class SortRun(ShuffleRun[int, Any]):
             owner = self.owners[partition_id % len(self.owners)]
             keys, values = data
             arrays = (keys,) if values is None else (keys, values)
-            sync(self._loop, self._deliver, owner, [(arrays, ("input", partition_id, values is None))])
+            sync(self._loop, self._deliver, owner, [(arrays, Input(partition_id, values is None))])
         return self.run_id
 
     def _shard_partition(self, data: Any, partition_id: int) -> dict:  # pragma: no cover - add_partition stores
@@ -308,13 +357,12 @@ class SortRun(ShuffleRun[int, Any]):
     async def _receive(self, data: list[tuple]) -> None:
         self.raise_if_closed()
         for arrays, header in data:
-            if header[0] == "input":
-                _, k, keys_only = header
-                await self.offload(self._keep, k, (arrays[0], None if keys_only else arrays[1]))
+            if isinstance(header, Input):
+                await self.offload(self._keep, header.part, (arrays[0], None if header.keys_only else arrays[1]))
                 continue
-            if header[0] == "slabs" and self.spilling:  # each message to a file as it comes
+            if header.kind == "slabs" and self.spilling:  # each message to a file as it comes
                 arrays = await self.offload(self._to_files, list(arrays))
-            self._messages.setdefault(header[:3], (arrays, header))  # a retried send arrives twice
+            self._messages.setdefault(header.key, (arrays, header))  # a retried send arrives twice
             self._arrived.set()
 
     def _keep(self, k: int, data: tuple[Any, Any]) -> None:
@@ -399,14 +447,14 @@ class SortRun(ShuffleRun[int, Any]):
             samples, ties, lasts = await self.offload(self._samples, runs, g, merge_all)
             self._let_go()
             described = await self._all_to_all(("samples", attempt), samples,
-                                               ([r.label for r in runs], [len(r.keys) for r in runs], ties, lasts,
-                                                self.spilling), me)
-            if any(header[7] for _, header in described) and not self._fine:
+                                               Described([r.label for r in runs], [len(r.keys) for r in runs], ties,
+                                                         lasts, self.spilling), me)
+            if any(header.about.spilling for _, header in described) and not self._fine:
                 # A worker keeps its arrays in files: every owner merges an output partition at a time.
                 self._fine = True
                 self.rows = {r: i for i, r in enumerate(sorted(set(spec.edges)))}
             everyone = _every_run(described)
-            if not merge_all or not order.ties_differ(set().union(*(h[5] for _, h in described)),
+            if not merge_all or not order.ties_differ(set().union(*(h.about.ties for _, h in described)),
                                                       spec.key_dtype, spec.descending):
                 break
             # Zeros or NaNs of different bits: runs by ranges of consecutive chunks keep their input order.
@@ -426,8 +474,8 @@ class SortRun(ShuffleRun[int, Any]):
             windows = await self.offload(lambda held: [corank.window_keys(r.keys, plan, index[r.label]) for r in held],
                                          runs)
             self._let_go()
-            received = await self._all_to_all(("windows", attempt), windows, ([r.label for r in runs],), me)
-            by_label = {label: w for arrays, header in received for label, w in zip(header[3], arrays)}
+            received = await self._all_to_all(("windows", attempt), windows, Windows([r.label for r in runs]), me)
+            by_label = {label: w for arrays, header in received for label, w in zip(header.about.labels, arrays)}
             splits = await self.offload(corank.split_vectors, lengths, inner, plan,
                                         [by_label[lb] for lb in labels])
         t2 = time.perf_counter()
@@ -534,7 +582,7 @@ class SortRun(ShuffleRun[int, Any]):
         """
         keys_only = not runs or runs[0].values is None
 
-        def slices(owner: str) -> tuple[list, tuple]:
+        def slices(owner: str) -> tuple[list, Slabs]:
             arrays, where = [], []
             for start, stop, _, _ in self._blocks_of(owner):
                 a, b = splits[self.rows[start]], splits[self.rows[stop]]
@@ -543,16 +591,17 @@ class SortRun(ShuffleRun[int, Any]):
                     lo, hi = int(a[k]), int(b[k])
                     arrays += [run.keys[lo:hi]] if keys_only else [run.keys[lo:hi], run.values[lo:hi]]
                     where.append((start, k))
-            return arrays, (where, keys_only)
+            return arrays, Slabs(where, keys_only)
 
         messages = [(w, slices(w)) for w in self.owners if w != self.local_address]
         own = slices(self.local_address)
         tag = ("slabs", attempt)
-        await asyncio.gather(*(self._deliver(w, [(_framed(arrays), (*tag, me, *header))])
-                               for w, (arrays, header) in messages))
-        received = [(own[0], (*tag, me, *own[1]))] + await self._gather(tag, exclude=me)
+        await asyncio.gather(*(self._deliver(w, [(_framed(arrays), Header(*tag, me, slabs))])
+                               for w, (arrays, slabs) in messages))
+        received = [(own[0], Header(*tag, me, own[1]))] + await self._gather(tag, exclude=me)
         pieces: dict[int, dict[int, tuple]] = defaultdict(dict)
-        for arrays, (_, _, _, where, keys_only) in received:
+        for arrays, header in received:
+            where, keys_only = header.about
             step = 1 if keys_only else 2
             for i, (start, k) in enumerate(where):
                 pieces[start][k] = (arrays[step * i], None if keys_only else arrays[step * i + 1])
@@ -575,19 +624,19 @@ class SortRun(ShuffleRun[int, Any]):
 
     # --- messages between owners ---------------------------------------------------------
 
-    async def _all_to_all(self, tag: tuple, arrays: list, payload: tuple, me: int) -> list[tuple]:
-        """Send ``arrays`` and ``payload`` to every other owner; every owner's ``(arrays, header)``, this one's first.
+    async def _all_to_all(self, tag: tuple[str, int], arrays: list, about: tuple, me: int) -> list[tuple]:
+        """Send ``arrays``, and ``about`` them, to every other owner; every owner's ``(arrays, header)``, mine first.
 
-        A header is ``(*tag, sender, *payload)``.
+        ``tag`` is the round and attempt; each :class:`Header` adds its sender.
         """
-        header = (*tag, me, *payload)
+        header = Header(*tag, me, about)
         await asyncio.gather(*(self._deliver(w, [(_framed(arrays), header)])
                                for i, w in enumerate(self.owners) if i != me))
         return [(arrays, header)] + await self._gather(tag, exclude=me)
 
     async def _gather(self, tag: tuple, exclude: int) -> list[tuple]:
         """The messages of ``tag`` from every owner but ``exclude``, once all have arrived."""
-        want = [(*tag, i) for i in range(len(self.owners)) if i != exclude]
+        want = [Header(*tag, i, None).key for i in range(len(self.owners)) if i != exclude]
         while not all(w in self._messages for w in want):
             self.raise_if_closed()
             self._arrived.clear()
@@ -604,7 +653,9 @@ class SortRun(ShuffleRun[int, Any]):
         nbytes = sum(int(a.nbytes) for a in arrays)
         small = nbytes < _SMALL_MESSAGE_BYTES and all(isinstance(a, np.ndarray) for a in arrays)
         payload = pickle.dumps(items, protocol=5) if small else items
-        _count(**{"bytes" if items[0][1][0] in ("slabs", "input") else "splitter_bytes": nbytes}, messages=1)
+        header = items[0][1]
+        data = isinstance(header, Input) or header.kind == "slabs"  # the keys themselves, not splitters
+        _count(**{"bytes" if data else "splitter_bytes": nbytes}, messages=1)
         await retry(lambda: self._send(address, payload), count=self.RETRY_COUNT,
                     delay_min=self.RETRY_DELAY_MIN, delay_max=self.RETRY_DELAY_MAX)
 
@@ -662,8 +713,9 @@ def _every_run(described: list[tuple]) -> list[tuple]:
     in; the sender breaks a tie of label and length.  Only these fields are
     compared: the samples are arrays, which have no truth value to order by.
     """
-    keyed = [((label, length, header[2]), (label, length, sample, last)) for arrays, header in described
-             for label, length, sample, last in zip(header[3], header[4], arrays, header[6])]
+    keyed = [((label, length, header.sender), (label, length, sample, last)) for arrays, header in described
+             for label, length, sample, last in zip(header.about.labels, header.about.lengths, arrays,
+                                                    header.about.lasts)]
     return [run for _, run in sorted(keyed, key=lambda pair: pair[0])]
 
 
