@@ -191,16 +191,16 @@ def descending_order(x: np.ndarray) -> np.ndarray:
 # P2P's barrier: the killed worker's chunks are lost with it and recomputed,
 # and P2P restarts the exchange (transfers, the barrier, the sort on every
 # worker, the output views).
-PHASES = [("transfer", 6), ("shuffle", None), ("exchange:runs", None), ("exchange:samples", None),
+KILL_POINTS = [("transfer", 6), ("shuffle", None), ("exchange:runs", None), ("exchange:samples", None),
           ("exchange:swap", None), ("exchange:merge", None), ("output", 5)]
 ONE_CHUNK_PER_TASK = {"gpusort.task-bytes": 0}
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("layer, index", PHASES, ids=[p[0] for p in PHASES])
+@pytest.mark.parametrize("layer, index", KILL_POINTS, ids=[p[0] for p in KILL_POINTS])
 def test_worker_killed_mid_phase_result_exact(client, layer, index):
     n = 120_000
-    x = skewed(PHASES.index((layer, index)), n)
+    x = skewed(KILL_POINTS.index((layer, index)), n)
     keys = da.from_array(x, chunks=n // 12)
     values = da.from_array(np.arange(n, dtype=np.uint32), chunks=n // 12)
     (marker,) = arm(client.arms, layer, index)
@@ -370,11 +370,11 @@ def zarr_source(tmp_path: Path, seed: int) -> tuple[np.ndarray, Path, str]:
 
 
 # The disk path's layers, and the exchange's where the runs stay in memory.
-ZARR_PHASES = [("disk", "runs", 5), ("disk", "merge", 3), ("memory", "transfer", 5), ("memory", "output", 3)]
+ZARR_KILL_POINTS = [("disk", "runs", 5), ("disk", "merge", 3), ("memory", "transfer", 5), ("memory", "output", 3)]
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("runs, layer, index", ZARR_PHASES)
+@pytest.mark.parametrize("runs, layer, index", ZARR_KILL_POINTS)
 def test_sort_zarr_survives_a_killed_worker(client, tmp_path, runs, layer, index):
     import zarr
 
@@ -394,7 +394,7 @@ def test_sort_zarr_survives_a_killed_worker(client, tmp_path, runs, layer, index
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("runs, layer, index", ZARR_PHASES)
+@pytest.mark.parametrize("runs, layer, index", ZARR_KILL_POINTS)
 def test_sort_zarr_that_cannot_finish_leaves_no_partial_destination(client, tmp_path, runs, layer, index):
     _, src, digest = zarr_source(tmp_path, seed=10)
     scheduler = client.cluster.scheduler

@@ -95,8 +95,6 @@ from gpusort.memory import spill
 #: Below this many bytes a message travels as one pickled blob rather than as
 #: frames (distributed's own threshold for P2P shards).
 _SMALL_MESSAGE_BYTES = 65536
-#: The phases an owner times, in the order they run.
-PHASES = ("runs", "splitters", "exchange", "merges")
 
 _lock = threading.Lock()
 _sent: dict[str, int] = {"bytes": 0, "splitter_bytes": 0, "messages": 0}
@@ -116,25 +114,25 @@ def sent() -> dict[str, int]:
         return dict(_sent)
 
 
-def phase_seconds(since: float = 0.0) -> dict[str, float]:
+def recorded_phases(since: float = 0.0) -> dict[str, float]:
     """Seconds this process's exchanges that started at ``since`` (``time.time()``) or later spent in each phase.
 
-    The phases (:data:`PHASES`) run on each owner once P2P's barrier has
-    started them, not as tasks of their own, so the task stream cannot tell
-    them apart: :func:`gpusort.runtime.task_costs` reads them here, on every
-    worker.
+    The phases (those of :data:`gpusort.engine.graph.PHASES`) run on each
+    owner once P2P's barrier has started them, not as tasks of their own, so
+    the task stream cannot tell them apart: :func:`gpusort.runtime.task_costs`
+    reads them here, on every worker.
     """
-    out = dict.fromkeys(PHASES, 0.0)
+    out: dict[str, float] = {}
     with _lock:
         for start, seconds in _timed:
             if start >= since:
                 for phase, s in seconds.items():
-                    out[phase] += s
+                    out[phase] = out.get(phase, 0.0) + s
     return out
 
 
 def record_phases(started: float, seconds: dict[str, float]) -> None:
-    """Record one sort's seconds per phase (:data:`PHASES`) on this worker, for :func:`phase_seconds`.
+    """Record one sort's seconds per phase on this worker, for :func:`recorded_phases`.
 
     The sort across workers on collectives (:mod:`gpusort.engine.collective`) runs
     its phases inside one task a worker too, and times them here.

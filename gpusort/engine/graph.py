@@ -58,7 +58,7 @@ from gpusort.memory import plan
 #: the scheduler's task stream through this table, so it lives with the graph
 #: that names the tasks.  Across workers the phases run on every owner once
 #: P2P's barrier (``shuffle-``) has started them, and each worker times them
-#: itself (:func:`gpusort.engine.exchange.phase_seconds`); P2P's output tasks
+#: itself (:func:`gpusort.engine.exchange.recorded_phases`); P2P's output tasks
 #: (``output-``) wait for the merge, so their seconds, that wait, are in no phase.
 PHASES: dict[str, tuple[str, ...]] = {
     "runs": ("runs",),

@@ -151,13 +151,12 @@ def task_costs(client: Any, start: float) -> dict[str, dict[str, float]]:
     from :func:`gpusort.runtime.clusters.cluster` record the task stream
     from the start.  The seconds of an exchange's phases, which its owners
     run once P2P's barrier task (``shuffle``) has started them, come from
-    the workers (:func:`gpusort.engine.exchange.phase_seconds`).  Its output tasks
+    the workers (:func:`gpusort.engine.exchange.recorded_phases`).  Its output tasks
     (``output``) wait for their owner's merge: a line of their own, so that
     no phase counts that wait.
     """
+    from gpusort.engine.exchange import recorded_phases
     from gpusort.engine.graph import PHASES
-
-    from gpusort.engine.exchange import phase_seconds as exchange_seconds
 
     costs: dict[str, dict[str, float]] = {phase: {"tasks": 0, "seconds": 0.0, "bytes": 0} for phase in PHASES}
     for task in client.get_task_stream(start=start):
@@ -166,7 +165,7 @@ def task_costs(client: Any, start: float) -> dict[str, dict[str, float]]:
         entry["seconds"] += sum(s["stop"] - s["start"] for s in task["startstops"] if s["action"] == "compute")
         entry["bytes"] += task.get("nbytes", 0)
     # An exchange's phases are no tasks of their own: each worker timed them.
-    for worker_seconds in client.run(exchange_seconds, start).values():
+    for worker_seconds in client.run(recorded_phases, start).values():
         for phase, seconds in worker_seconds.items():
             costs[phase]["seconds"] += seconds
     return {phase: entry for phase, entry in costs.items() if entry["tasks"] or entry["seconds"]}
