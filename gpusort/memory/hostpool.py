@@ -34,9 +34,19 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-#: Leases start at multiples of this many bytes: every dtype's alignment, and
+#: Host arrays start at multiples of this many bytes -- leases here, arrays in
+#: spill files, stripes of pinned copies: every dtype's alignment, a page, and
 #: a DMA's preferred one.
 ALIGN = 4096
+
+
+def aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to a multiple of :data:`ALIGN`.
+
+    >>> aligned(1), aligned(4096), aligned(4097)
+    (4096, 4096, 8192)
+    """
+    return -(-nbytes // ALIGN) * ALIGN
 
 
 class _Lease:
@@ -152,7 +162,7 @@ class HostPool(_Owner):
         if n < 0:
             raise ValueError(f"n={n}: an array's length is 0 or more")
         dtype = np.dtype(dtype)
-        size = -(-max(1, n * dtype.itemsize) // ALIGN) * ALIGN
+        size = aligned(max(1, n * dtype.itemsize))
         with self._locked():
             if size > self.nbytes:
                 return None
@@ -241,7 +251,7 @@ class HostCache(_Owner):
         if n < 0:
             raise ValueError(f"n={n}: an array's length is 0 or more")
         dtype = np.dtype(dtype)
-        size = -(-max(1, n * dtype.itemsize) // ALIGN) * ALIGN
+        size = aligned(max(1, n * dtype.itemsize))
         with self._locked():
             at = next((i for i, b in enumerate(self._kept) if size <= b.nbytes <= size + size // 7), None)
             buffer = np.empty(size, np.uint8) if at is None else self._kept.pop(at)

@@ -24,12 +24,12 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from gpusort.memory.hostpool import aligned
+
 #: A worker's exchange starts keeping host arrays in files once those it
 #: holds pass this share of the worker's memory limit (``dask.config``
 #: ``gpusort.spill-share``); below it they stay in memory.
 SHARE = 0.25
-#: Arrays start at multiples of this many bytes in a file: every dtype's alignment, and a page.
-ALIGN = 4096
 
 _lock = threading.Lock()
 _written = 0
@@ -79,7 +79,7 @@ def to_files(arrays: Sequence[Any], directory: str) -> list:
     offsets, size = [], 0
     for i in held:
         offsets.append(size)
-        size += -(-arrays[i].nbytes // ALIGN) * ALIGN
+        size += aligned(arrays[i].nbytes)  # each array starts at a page of the file
     os.makedirs(directory, exist_ok=True)
     fd, path = tempfile.mkstemp(suffix=".bin", dir=directory)
     try:

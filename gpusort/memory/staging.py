@@ -49,7 +49,7 @@ import cupy
 import cupyx
 from cupy.cuda import runtime
 
-from gpusort.memory.hostpool import HostCache, HostPool
+from gpusort.memory.hostpool import ALIGN, HostCache, HostPool
 
 #: Pinned staging bytes per GPU and process, unless ``dask.config`` ``gpusort.pinned-bytes`` says otherwise.
 PINNED_BYTES = 128 * 2**20
@@ -78,7 +78,6 @@ LANES_DOWN = max(1, (os.cpu_count() or 2) - LANES_UP)
 #: downloads, with no other copy to overlap): one per core, as free lanes allow.
 LANES_ALONE = max(1, os.cpu_count() or 2)
 _ONE_LANE = 4 * 2**20  # copies below this take one lane
-_ALIGN = 4096  # stripes start at page boundaries
 
 _MEMORY_TYPE_HOST = 1  # cudaMemoryTypeHost; pageable memory reads 0 (unregistered)
 
@@ -331,7 +330,7 @@ def _striped(lane_fn, src: Any, dst: int, nbytes: int, s: cupy.cuda.Stream, most
     pool, device = slots(), cupy.cuda.Device().id
     most = 1 if nbytes < _ONE_LANE else most
     with pool.take(most) as lanes:
-        edges = [nbytes * i // len(lanes) // _ALIGN * _ALIGN for i in range(len(lanes))] + [nbytes]
+        edges = [nbytes * i // len(lanes) // ALIGN * ALIGN for i in range(len(lanes))] + [nbytes]  # stripes at pages
         jobs = [_lanes.submit(_on_device, device, lane_fn, pool, lane, _stripe(src, a, b), dst + a, b - a, s)
                 for lane, a, b in zip(lanes, edges[:-1], edges[1:])]
         futures.wait(jobs)  # every lane done with its slots before they go back
