@@ -57,13 +57,17 @@ def on_gpu(where: str, dtype) -> dict | None:
 PATTERNS = ["random", "few", "equal", "sorted", "reversed", "extremes", "nan"]
 #: Keys all from :func:`special_pool`: every key one of its values, three of them, or one.
 SPECIAL_PATTERNS = ["special", "few special", "equal special"]
+#: Few distinct small keys with NaN, -0.0 and NaT at known places: ties that a check must see through.
+TIES = "ties"
 
 #: NaN bit patterns with payloads and both signs, per float width.
 NANS = {2: [0x7E01, 0xFE02], 4: [0x7FC00001, 0xFFC00002], 8: [0x7FF8000000000001, 0xFFF8000000000002]}
 
 
-def make_keys(rng: np.random.Generator, dtype, shape: int | tuple[int, ...], pattern: str) -> np.ndarray:
-    """Keys of ``dtype`` in ``shape`` (a length: 1-D) in one of :data:`PATTERNS` or :data:`SPECIAL_PATTERNS`.
+def make_keys(rng: np.random.Generator | int, dtype, shape: int | tuple[int, ...], pattern: str) -> np.ndarray:
+    """``dtype`` keys in ``shape`` (a length: 1-D) in one of :data:`PATTERNS`, :data:`SPECIAL_PATTERNS`, ``"ties"``.
+
+    ``rng`` is a generator, or a seed for one.
 
     * ``"random"``: the dtype's whole range for integers, normal around 0 (x1000)
       for floats; complex keys take their real parts from a few integers, so
@@ -75,10 +79,15 @@ def make_keys(rng: np.random.Generator, dtype, shape: int | tuple[int, ...], pat
     * ``"special"``: every key one of :func:`special_pool`'s (NaN with payloads
       and either sign, ``±0.0``, ``±inf``, subnormals, the extremes);
       ``"few special"``, ``"equal special"``: three of them, or one.
+    * ``"ties"``: 0 to 49 (``bool``: either), NaN every 7th key and ``-0.0``
+      every 11th (floats), NaT every 9th (datetimes and timedeltas).
     """
+    rng = np.random.default_rng(rng)
     dt = np.dtype(dtype)
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     n = int(np.prod(shape))
+    if pattern == TIES:
+        return _ties(rng, dt, n).reshape(shape)
     if pattern in SPECIAL_PATTERNS:
         values = special_pool(dt)
         if pattern != "special":
@@ -107,6 +116,17 @@ def make_keys(rng: np.random.Generator, dtype, shape: int | tuple[int, ...], pat
             special = [np.iinfo(dt).min, np.iinfo(dt).max, 0]
         hit = rng.random(shape) < (0.6 if pattern == "nan" else 0.3)
         x[hit] = rng.choice(np.array(special, dtype=dt), int(hit.sum()))
+    return x
+
+
+def _ties(rng: np.random.Generator, dt: np.dtype, n: int) -> np.ndarray:
+    if dt.kind in "mM":
+        x = rng.integers(-50, 50, n).view(dt)
+        x[::9] = np.array("NaT", dtype=dt)
+        return x
+    x = rng.integers(0, 2 if dt.kind == "b" else 50, n).astype(dt)
+    if dt.kind == "f":
+        x[::7], x[::11] = np.nan, -0.0
     return x
 
 

@@ -10,24 +10,11 @@ import dask.array as da
 import numpy as np
 import pytest
 import zarr
-from reference import KEY_DTYPES, ref_argsort
+from reference import KEY_DTYPES, TIES, make_keys, ref_argsort
 
 import gpusort
 from gpusort import verification
 from gpusort.verification import verify
-
-
-def keys(dtype: str, n: int = 1_000) -> np.ndarray:
-    rng = np.random.default_rng(7)
-    dt = np.dtype(dtype)
-    if dt.kind in "mM":
-        x = rng.integers(-50, 50, n).view(dt)
-        x[::9] = np.array("NaT", dtype=dt)
-        return x
-    x = rng.integers(0, 2 if dt.kind == "b" else 100, n).astype(dt)
-    if dt.kind == "f":
-        x[::7], x[::11] = np.nan, -0.0
-    return x
 
 
 def chunked(x: np.ndarray, chunks=97) -> da.Array:
@@ -37,7 +24,7 @@ def chunked(x: np.ndarray, chunks=97) -> da.Array:
 @pytest.mark.parametrize("dtype", KEY_DTYPES)
 @pytest.mark.parametrize("descending", [False, True])
 def test_accepts_the_sorted_permutation(dtype, descending):
-    x = keys(dtype)
+    x = make_keys(7, dtype, 1_000, TIES)
     report = verify(chunked(x), chunked(x[ref_argsort(x, descending)], 130), descending=descending)
     assert report.ok and bool(report), str(report)
     assert report.n_src == report.n_dst == x.size and report.first_unsorted is None
@@ -73,7 +60,7 @@ CHECKSUM_DTYPES = ("bool", "int8", "uint16", "float16", "int32", "float32", "flo
 
 def checksums_match_the_oracle(device: str) -> None:
     for dtype in CHECKSUM_DTYPES:
-        x = keys(dtype, 3 * 1000 + 5)  # several slices (pieces) and a ragged one
+        x = make_keys(7, dtype, 3 * 1000 + 5, TIES)  # several slices (pieces) and a ragged one
         report = verify(chunked(x, 2 * 1000 + 1), chunked(x[ref_argsort(x)], 1000), device=device)
         assert report.ok and report.checksum_src == report.checksum_dst == splitmix_oracle(x), dtype
 
@@ -137,7 +124,7 @@ def test_package_exports_verify_lazily():
 def test_gpu_checksum_and_order_match_the_cpu(dtype):
     import cupy
 
-    x = keys(dtype, 50_000)
+    x = make_keys(7, dtype, 50_000, TIES)
     y = x[ref_argsort(x)]
     on_cpu = verify(chunked(x, 7_000), chunked(y, 9_000))
     on_gpu = verify(chunked(cupy.asarray(x), 7_000), chunked(cupy.asarray(y), 9_000))
@@ -149,7 +136,7 @@ def test_gpu_checksum_and_order_match_the_cpu(dtype):
 
 @pytest.mark.parametrize("dtype", ["int64", "float32", "datetime64[ns]", "uint8"])
 def test_catches_unsorted_and_names_the_first_position(dtype):
-    x = keys(dtype)
+    x = make_keys(7, dtype, 1_000, TIES)
     y = x[ref_argsort(x)]
     bad = y.copy()
     i = 200 + int(np.flatnonzero(y[200:-1] < y[201:])[0])  # swapping y[i], y[i + 1] breaks the order
@@ -199,7 +186,7 @@ def test_nan_must_come_last_in_both_directions():
 
 
 def test_zarr_paths(tmp_path):
-    x = keys("float64")
+    x = make_keys(7, "float64", 1_000, TIES)
     # np.sort rewrites NaN payloads on CPUs with AVX-512 (its SIMD sort writes one NaN): a stable
     # gather keeps every bit, as gpusort's sort does.
     for name, data in (("src.zarr", x), ("dst.zarr", x[np.argsort(x, kind="stable")])):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import zarr
 from distributed import Client, LocalCluster, get_task_stream
-from reference import KEY_DTYPES, assert_same_keys, ref_argsort
+from reference import KEY_DTYPES, TIES, assert_same_keys, make_keys, ref_argsort
 
 import gpusort.zarr_io
 from gpusort.zarr_io import sort_zarr
@@ -29,19 +29,6 @@ def make_zarr(path: Path, x: np.ndarray, chunks: int, zarr_format: int = 3) -> P
 
 def read(path: Path) -> np.ndarray:
     return zarr.open_array(str(path), mode="r")[:]
-
-
-def keys(dtype: str, n: int, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    dt = np.dtype(dtype)
-    if dt.kind in "mM":
-        x = rng.integers(-50, 50, n).view(dt)
-        x[::13] = np.array("NaT", dtype=dt)
-        return x
-    x = rng.integers(0, 2 if dt.kind == "b" else 50, n).astype(dt)  # few distinct: ties matter
-    if dt.kind == "f":
-        x[::7], x[::11] = np.nan, -0.0
-    return x
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -61,7 +48,7 @@ def tree_digest(path: Path) -> str:
 @pytest.mark.parametrize("descending", [False, True])
 @pytest.mark.parametrize("runs", ["memory", "disk"])
 def test_exact_for_every_key_dtype(tmp_path, dtype, descending, runs):
-    x = keys(dtype, 1_000)
+    x = make_keys(0, dtype, 1_000, TIES)
     src = make_zarr(tmp_path / "keys.zarr", x, 128)
     sort_zarr(src, tmp_path / "sorted.zarr", descending=descending, argsort_dst=tmp_path / "order.zarr", runs=runs)
     want = ref_argsort(x, descending)
@@ -79,7 +66,7 @@ def test_exact_for_every_key_dtype(tmp_path, dtype, descending, runs):
 ])
 @pytest.mark.parametrize("runs", ["memory", "disk"])
 def test_output_chunks_are_zarr_chunks(tmp_path, n, src_chunks, out_chunks, runs):
-    x = keys("int64", n, seed=n)
+    x = make_keys(n, "int64", n, TIES)
     src = make_zarr(tmp_path / "keys.zarr", x, src_chunks)
     sort_zarr(src, tmp_path / "sorted.zarr", chunks=out_chunks, runs=runs)
     out = zarr.open_array(str(tmp_path / "sorted.zarr"), mode="r")
@@ -89,7 +76,7 @@ def test_output_chunks_are_zarr_chunks(tmp_path, n, src_chunks, out_chunks, runs
 
 
 def test_sources_other_than_paths(tmp_path):
-    x = keys("float32", 3_000)
+    x = make_keys(0, "float32", 3_000, TIES)
     # Irregular chunks: one on-disk run each, of its own length.
     sort_zarr(da.from_array(x, chunks=((1000, 7, 1500, 493),)), tmp_path / "a.zarr", chunks=1000)
     assert_same_keys(read(tmp_path / "a.zarr"), x[ref_argsort(x)])
@@ -98,7 +85,7 @@ def test_sources_other_than_paths(tmp_path):
 
 
 def test_zarr_v2_source(tmp_path):
-    x = keys("uint16", 2_000)
+    x = make_keys(0, "uint16", 2_000, TIES)
     src = make_zarr(tmp_path / "v2.zarr", x, 300, zarr_format=2)
     sort_zarr(str(src), str(tmp_path / "sorted.zarr"), argsort_dst=str(tmp_path / "order.zarr"))
     np.testing.assert_array_equal(read(tmp_path / "sorted.zarr"), np.sort(x, kind="stable"))
@@ -106,7 +93,7 @@ def test_zarr_v2_source(tmp_path):
 
 
 def test_source_unmodified_and_overwrite(tmp_path):
-    x = keys("int32", 5_000)
+    x = make_keys(0, "int32", 5_000, TIES)
     src = make_zarr(tmp_path / "keys.zarr", x, 512)
     before = tree_digest(src)
     dst = tmp_path / "sorted.zarr"
@@ -124,7 +111,7 @@ def test_source_unmodified_and_overwrite(tmp_path):
 @pytest.mark.parametrize("scheduler", ["threads", "distributed"])
 @pytest.mark.parametrize("runs", ["memory", "disk"])
 def test_failure_leaves_no_destination_and_no_temporary_store(tmp_path, monkeypatch, scheduler, runs):
-    src = make_zarr(tmp_path / "keys.zarr", keys("int64", 4_000), 500)
+    src = make_zarr(tmp_path / "keys.zarr", make_keys(0, "int64", 4_000, TIES), 500)
 
     if runs == "disk":
         real = gpusort.zarr_io._merge_chunk
@@ -160,7 +147,7 @@ def test_failure_leaves_no_destination_and_no_temporary_store(tmp_path, monkeypa
 
 
 def test_a_failed_second_move_puts_the_first_back(tmp_path, monkeypatch):
-    x = keys("int16", 3_000)
+    x = make_keys(0, "int16", 3_000, TIES)
     src = make_zarr(tmp_path / "keys.zarr", x, 256)
     dst, order = tmp_path / "sorted.zarr", tmp_path / "order.zarr"
     sort_zarr(src, dst, descending=True)  # an old result that overwrite=True replaces
@@ -225,7 +212,7 @@ def test_clear_errors(tmp_path, make, call, error, message):
 
 
 def test_runs_go_to_temp_dir(tmp_path, monkeypatch):
-    x = keys("float64", 5_000)
+    x = make_keys(0, "float64", 5_000, TIES)
     src = make_zarr(tmp_path / "keys.zarr", x, 700)
     (tmp_path / "out").mkdir()
     (tmp_path / "scratch").mkdir()
@@ -269,7 +256,7 @@ def test_merges_read_only_their_slices(tmp_path, monkeypatch, n, src_chunks, out
 
 def test_runs_in_memory_on_a_cluster_write_no_run(tmp_path, monkeypatch):
     """``runs="auto"`` on workers with room: gpusort's exchange between reads and writes, no store of runs."""
-    x = keys("float64", 30_000, seed=5)
+    x = make_keys(5, "float64", 30_000, TIES)
     src = make_zarr(tmp_path / "keys.zarr", x, 2_000)
 
     def no_store(*args, **kwargs):
