@@ -4,7 +4,7 @@
 // The kernels compare these floats as sign-magnitude integers (order.cuh),
 // several instructions a compare; an unsigned integer compares in one, so a
 // float sort runs at an integer sort's speed on these keys instead.  The
-// map is gpusort/order.py's scheme "exact" (float_keys.cuh's
+// map is gpusort/keys/order.py's scheme "exact" (float_keys.cuh's
 // gpusort_exact_key): a bijection, so the last kernel stores the input's
 // own bits, inverting it here; NaNs of either sign go last in both
 // directions.  Unlike the float order it orders -0.0 just before 0.0 (after

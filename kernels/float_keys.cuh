@@ -1,4 +1,4 @@
-// A float's bits as its order key, in registers: gpusort/order.py's schemes
+// A float's bits as its order key, in registers: gpusort/keys/order.py's schemes
 // "exact" and "tied" (its encode does the same with array operations).
 //
 // U is the unsigned integer of the float's width; sign and nans are the
@@ -36,7 +36,7 @@ __device__ __forceinline__ U gpusort_tied_key(U x, U sign, U nans, U inf, U nan,
 
 // Position i of a row-major (rows, length) array packed into one unsigned
 // word: (the row number,) the key, the position in its row, each at its
-// shift (gpusort/composite.py's Layout); row_shift < 0: no row number.
+// shift (gpusort/keys/composite.py's Layout); row_shift < 0: no row number.
 template <class U, class T>
 __device__ __forceinline__ U gpusort_pack_position(T key, long long i, long long length, int row_shift,
                                                    int key_shift, int index_shift) {

@@ -1,4 +1,4 @@
-// Top-k's fused pass (gpusort/select.py through the CuPy backend): how many
+// Top-k's fused pass (gpusort/engine/select.py through the CuPy backend): how many
 // keys lie beyond a pivot, and those keys as order keys, in one pass that
 // encodes each key in registers.  Every key beyond the pivot takes the next
 // slot of one counter; past `room` they are only counted.  The pivot makes

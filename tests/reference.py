@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+import pytest
 
 KEY_DTYPES = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -43,8 +44,6 @@ def on_gpu(where: str, dtype) -> dict | None:
     None where CuPy holds no ``dtype`` (datetimes): nothing to check.  Skips
     the test where CuPy is missing.
     """
-    import pytest  # here: benchmarks/gpu_smoke.py imports this module without pytest
-
     cupy = pytest.importorskip("cupy")
     if where == "host chunks":
         return {"backend": "cupy"}

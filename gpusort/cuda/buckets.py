@@ -89,7 +89,8 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
 
     n = keys.size
     sample_size = BUCKETS * BUCKET_SAMPLE
-    if n * np.dtype(out_dtype).itemsize < tuning.BUCKET_MIN_BYTES or n < 4 * sample_size or k.bucket_count is None:
+    small = n * np.dtype(out_dtype).itemsize < tuning.threshold("BUCKET_MIN_BYTES") or n < 4 * sample_size
+    if small or k.bucket_count is None:
         return None
     stride = n // sample_size
     sample = every(keys, stride, stride // 2, sample_size)
@@ -104,7 +105,7 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     k.bucket_count((ctas,), (BUCKETS,), (keys, np.int64(n), splitters, np.int64(span), counts, buckets, summary))
     bases, totals = cupy.empty((BUCKETS, ctas), np.int64), cupy.empty(BUCKETS, np.int64)
     offsets, first_tile = cupy.empty(BUCKETS + 1, np.int64), cupy.empty(BUCKETS + 1, np.int32)
-    max_levels = np.int32(merge_passes(n, k.nv) - tuning.BUCKET_LEVELS_SAVED)
+    max_levels = np.int32(merge_passes(n, k.nv) - tuning.threshold("BUCKET_LEVELS_SAVED"))
     k.bucket_bases((BUCKETS,), (BUCKETS,), (counts, np.int64(ctas), bases, totals, np.int64(k.nv), max_levels,
                                             offsets, first_tile, summary))
     tabled = cupy.cuda.Event(disable_timing=True)

@@ -73,7 +73,8 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
     if values_dtype is None and segment is None:
         buckets = bucket_pass(k, keys, descending, keys.dtype)
     tiles = buckets.tiles if buckets else Tiles.whole(n, k.nv, segment)
-    plan = pass_plan(tiles.levels, four_way=k.merge_four is not None and n >= tuning.FOUR_WAY_MIN_KEYS)
+    four_way = k.merge_four is not None and n >= tuning.threshold("FOUR_WAY_MIN_KEYS")
+    plan = pass_plan(tiles.levels, four_way=four_way)
     # Ping-pong parity: every merge pass reads one buffer and writes the other,
     # so the blocksort writes buffer `len(plan) % 2` and the last pass lands
     # in buffer 0, which is returned.
@@ -176,7 +177,8 @@ def _sort_words(keys, descending: bool, k: Kernels, first: Packing | Encoding, w
     # keys (_splitters).
     buckets = bucket_pass(first, keys, descending, word)  # first.nv is the word module's
     tiles = buckets.tiles if buckets else Tiles.whole(n, k.nv)
-    plan = pass_plan(tiles.levels, four_way=last.merge_four is not None and n >= tuning.FOUR_WAY_MIN_KEYS)
+    four_way = last.merge_four is not None and n >= tuning.threshold("FOUR_WAY_MIN_KEYS")
+    plan = pass_plan(tiles.levels, four_way=four_way)
     # Ping-pong parity as in mergesort: the last pass lands in buffer 0, returned.
     src = len(plan) % 2
     bufs = [None] * (2 if plan else 1)

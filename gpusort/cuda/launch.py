@@ -122,7 +122,7 @@ def merge_pass(k: Kernels, a_keys, a_values, b_keys, b_values, run: int, a_count
     ``kernel``: ``k.merge`` (the default), or a last pass's that stores something else (:class:`~gpusort.cuda.dispatch._Last`).
     """
     runs = (np.int64(run), np.int64(a_count), np.int64(b_count))
-    few = tiles.count <= tuning.PARTITION_GROUP_TILES
+    few = tiles.count <= tuning.threshold("PARTITION_GROUP_TILES")
     lanes, partition = (PARTITION_LANES, k.partition_group) if few else (1, k.partition)
     partition((-(-tiles.count * lanes // PARTITION_NT),), (PARTITION_NT,),
               (a_keys, b_keys, *runs, np.int64(k.nv), np.int64(tiles.count), a_starts, *tiles.args))

@@ -9,6 +9,9 @@ sort's levels (:func:`merge_passes`, :func:`pass_plan`,
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -106,6 +109,41 @@ PARTITION_NT = 128
 #: searches leave the GPU waiting on each one's chain of reads, where more
 #: lanes cut the chain for more reads in all.
 PARTITION_GROUP_TILES, PARTITION_LANES = 8192, 8
+
+
+#: The thresholds above that choose a pass at each call, which :func:`forced` may set for a block.
+THRESHOLDS = ("FOUR_WAY_MIN_KEYS", "PARTITION_GROUP_TILES", "BUCKET_MIN_BYTES", "BUCKET_LEVELS_SAVED")
+_forced: contextvars.ContextVar[dict[str, int]] = contextvars.ContextVar("gpusort_forced_thresholds", default={})
+
+
+def threshold(name: str) -> int:
+    """The threshold ``name`` (one of :data:`THRESHOLDS`): as :func:`forced` sets it here, else its value above."""
+    return _forced.get().get(name, globals()[name])
+
+
+@contextlib.contextmanager
+def forced(**thresholds: int) -> Iterator[None]:
+    """Thresholds of :data:`THRESHOLDS` at other values inside the block, in this context (thread, task) only.
+
+    Small sorts then take the passes that only large ones take by default
+    (``benchmarks/gpu_smoke.py`` under compute-sanitizer); the module's
+    values do not change.
+
+    >>> with forced(FOUR_WAY_MIN_KEYS=0):
+    ...     threshold("FOUR_WAY_MIN_KEYS")
+    0
+    >>> threshold("FOUR_WAY_MIN_KEYS") == FOUR_WAY_MIN_KEYS
+    True
+    """
+    unknown = sorted(set(thresholds) - set(THRESHOLDS))
+    if unknown:
+        raise ValueError(f"cannot force {unknown}: the thresholds a call reads are {THRESHOLDS}; "
+                         "the others are compiled into the kernels or fixed at import")
+    token = _forced.set({**_forced.get(), **thresholds})
+    try:
+        yield
+    finally:
+        _forced.reset(token)
 
 
 #: Buckets of a bucket pass (kernels/bucket_search.cuh), one per thread of its CTAs.
