@@ -150,7 +150,6 @@ def pdf_with(**columns) -> pd.DataFrame:
     (lambda: pdf_with(), "k", {"axis": "rows"}, ValueError, r"No axis named 'rows'"),
     (lambda: pdf_with(), "k", {"inplace": True}, NotImplementedError, r"does not support inplace=True.*assign"),
     (lambda: pdf_with(), "k", {"inplace": "no"}, ValueError, r'argument "inplace" expected type bool'),
-    (lambda: pdf_with(), "k", {"ignore_index": 1}, ValueError, r'argument "ignore_index" expected type bool'),
     (lambda: pdf_with(), "k", {"kind": "bogo"}, ValueError, r"kind must be 'stable'.*got 'bogo'"),
     (lambda: pdf_with(s=[1 + 1j, 2j, 0j]), "s", {}, TypeError, r"column 's' has dtype complex128.* cannot sort by"),
     (lambda: pdf_with(n=pd.array([1, None, 2], "Int64")), "k", {}, TypeError, r"column 'n' has dtype Int64"),
@@ -251,6 +250,9 @@ def test_ignore_index_of_a_frame_whose_only_column_is_the_key():
     pdf = pd.DataFrame({"k": [3, 1, 2, 1]}, index=pd.Index(["d", "c", "b", "a"], dtype=object))
     got = gpusort.sort_values(dd.from_pandas(pdf, npartitions=2, sort=False), "k", ignore_index=True)
     pd.testing.assert_frame_equal(got.compute(), pdf.sort_values("k", kind="stable", ignore_index=True))
+    # pandas takes any truth value for ignore_index (it checks inplace's type alone)
+    got = gpusort.sort_values(dd.from_pandas(pdf, npartitions=2, sort=False), "k", ignore_index=1)
+    pd.testing.assert_frame_equal(got.compute(), pdf.sort_values("k", kind="stable", ignore_index=1))
 
 
 def test_by_nothing_returns_the_frame():

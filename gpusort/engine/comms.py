@@ -181,7 +181,10 @@ class Collectives:
         task that waits for its peers (whose inputs may still have to be
         computed on this worker) or for other sorts to finish must not hold
         one of the worker's threads, or a cluster whose threads all hold
-        waiting ranks deadlocks (dask-cuda's workers have one thread).
+        waiting ranks deadlocks (dask-cuda's workers have one thread).  It
+        does not rejoin: a rank whose peers run its sort must not wait for a
+        thread there.  So the worker may run other tasks beside the sort,
+        whose GPU memory they then share.
         """
         _leave_thread_pool()
         mine = np.frombuffer(hashlib.blake2b(token.encode(), digest_size=16).digest(), np.uint8)
@@ -208,6 +211,8 @@ class Collectives:
                 end = time.monotonic() + 0.05
                 while not (first in self._done or self.broken is not None) and time.monotonic() < end:
                     time.sleep(0.001)
+            else:  # let this worker's other sorts ask too: the first may wait here for a rank yet to come
+                time.sleep(0.001)
 
     # --- collectives ---
 

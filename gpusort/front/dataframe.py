@@ -292,9 +292,8 @@ def _key_widths(f: _Field, descending: bool) -> list[int]:
 
 def _check_pandas_options(axis: Any, inplace: Any, kind: Any, ignore_index: Any) -> None:
     """Errors for pandas' arguments that sort_values does not take, of pandas' exception types where it has one."""
-    for argname, value in (("inplace", inplace), ("ignore_index", ignore_index)):
-        if not isinstance(value, (bool, np.bool_)):  # pandas' validate_bool_kwarg's type and words
-            raise ValueError(f'For argument "{argname}" expected type bool, received type {type(value).__name__}.')
+    if not isinstance(inplace, (bool, np.bool_)):  # pandas' validate_bool_kwarg's type and words
+        raise ValueError(f'For argument "inplace" expected type bool, received type {type(inplace).__name__}.')
     if not isinstance(axis, bool) and axis in (1, "columns"):
         raise NotImplementedError("sort_values does not support axis=1 (sorting the columns by rows' values): "
                                   "a Dask DataFrame sorts its rows; sort a pandas frame's columns in pandas")
