@@ -144,6 +144,24 @@ def test_argsort_words_spans_passes_across_columns():
     assert composite.argsort_words([]).tolist() == []
 
 
+def test_argsort_words_by_the_top_digit_then_its_ties():
+    """Keys of three passes and more: one pass of the top bits, then the groups tied there that differ below."""
+    rng = np.random.default_rng(48)
+    n = 5000
+    few = rng.integers(0, 2**64 - 1, 4, dtype=np.uint64, endpoint=True)
+    cases = [
+        [few[rng.integers(0, 4, n)], few[rng.integers(0, 3, n)], rng.integers(0, 2**64 - 1, n, dtype=np.uint64)],
+        [few[rng.integers(0, 2, n)], few[rng.integers(0, 2, n)], few[rng.integers(0, 2, n)], few[rng.integers(0, 2, n)]],
+        [rng.integers(0, 2**62, n, dtype=np.uint64), rng.integers(0, 2**64 - 1, n, dtype=np.uint64), rng.integers(0, 9, n)],
+        [rng.integers(0, 2**63, n, dtype=np.uint64) | np.uint64(1), np.full(n, 7, np.uint64), few[rng.integers(0, 2, n)]],
+    ]
+    for columns in cases:
+        rows = rng.integers(0, n // 4, n)  # repeated rows: ties of whole keys keep their input order
+        columns = [c[rows] for c in columns]
+        np.testing.assert_array_equal(composite.argsort_words(columns), np.lexsort(columns[::-1]))
+        np.testing.assert_array_equal(composite.argsort_words([c[:1] for c in columns]), [0])
+
+
 @pytest.mark.parametrize("x", [np.arange(24, dtype=np.uint8).reshape(6, 4),
                                np.arange(12, dtype=">u4").reshape(6, 2)[::2],
                                np.arange(10, dtype=np.float64).reshape(5, 2)[:, :1],

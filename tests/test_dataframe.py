@@ -320,6 +320,50 @@ def test_strings_and_categoricals_sort_and_travel_as_pandas_sorts_them(by, ascen
                     ascending=ascending, na_position=na_position)
 
 
+def adversarial_strings(rng, n: int) -> pd.Series:
+    """Strings that the first key word cannot tell apart: long shared prefixes, equal prefixes of other lengths,
+    NUL inside and at the end, non-ASCII past byte 8, empty and missing."""
+    stems = ["", "\x00", "a", "abcdefgh", "abcdefg\x00", "abcdefghi", "abcdefgh\x00", "abcdefgh\x00a",
+             "abcdefghabcdefgh", "abcdefghabcdefgi", "abcdefghabcdefg", "abcdefghabcdefgh\x00", "abcdefgé",
+             "abcdefghé", "abcdefgh日本", "prefix-shared-by-many-", "abcdefgi"]
+    words = [stem + tail for stem in stems for tail in ("", "x", "y\x00z", "é", "xx" * 5)]
+    s = pd.Series(np.array(words, dtype=object)[rng.integers(0, len(words), n)], dtype=object)
+    s[rng.random(n) < 0.05] = None
+    return s
+
+
+@pytest.mark.parametrize("by, ascending, na_position", [
+    ("s", True, "last"), ("s", False, "first"), (["i", "s"], [False, True], "first"), (["s", "i"], [False, True], "last"),
+    (["o", "i"], [True, False], "last"),
+])
+def test_strings_that_tie_in_their_first_bytes_sort_exactly(by, ascending, na_position):
+    """Keys decided past their first word, with many rows tied there: the ties' pass keeps pandas' stable order."""
+    rng = np.random.default_rng(48)
+    s = adversarial_strings(rng, 3000)
+    pdf = pd.DataFrame({"s": s.astype("string"), "i": rng.integers(0, 3, len(s)), "o": s,
+                        "x": rng.standard_normal(len(s))})
+    with dask.config.set({"dataframe.convert-string": False}):
+        pandas_like(pdf, by, cuts=(0, 700, 701, 2000), ascending=ascending, na_position=na_position)
+
+
+def test_string_records_gather_narrow_and_scatter_wide_alike():
+    """text.records' two ways (a blob per row for narrow columns, bytes scattered for wide ones) agree."""
+    from gpusort.keys import text
+
+    rng = np.random.default_rng(5)
+    s = adversarial_strings(rng, 500).astype("string")
+    lengths = s.map(lambda v: -1 if v is pd.NA else len(v.encode())).to_numpy()
+    for values in (s, s.iloc[37:], s.iloc[:0], pd.Series([None, ""], dtype="string")):
+        width = max(int(lengths.max()), 1)
+        narrow, wide = text.records(values, width, "s"), text.records(values, 400, "s")  # 400: scattered
+        want = [(-1, b"") if v is pd.NA else (len(v.encode()), v.encode()) for v in values]
+        assert narrow["n"].tolist() == wide["n"].tolist() == [n for n, _ in want]
+        for recs in (narrow, wide):
+            assert [bytes(r).rstrip(b"\x00") for r in recs["b"]] == [b.rstrip(b"\x00") for _, b in want]
+            assert not recs["b"][recs["n"] < 0].any()
+            assert not (recs["b"] * (np.arange(recs["b"].shape[1]) >= recs["n"][:, None])).any()  # zero padded
+
+
 def test_strings_in_balanced_partitions_on_dask_s_own_string_dtype():
     pdf = text_frame(np.random.default_rng(11), 500)
     ddf = dd.from_pandas(pdf, npartitions=7, sort=False)  # dask makes the object column string[pyarrow]

@@ -190,7 +190,9 @@ def argsort_words(words: Sequence[np.ndarray]) -> np.ndarray:
     previous pass's order, so every pass is stable and the last one gives
     the rows' stable order.  Narrow columns cost a few bits, a constant one
     none: two passes sort 2^23 rows of a 1,024-value int64 column and a
-    full-range one (73 bits); two full 64-bit words take four.
+    full-range one (73 bits).  Keys of three passes or more (two full
+    64-bit words, a string's words) sort by their top digit first and then
+    only the groups it ties that differ below (:func:`_argsort_top`).
 
     Examples
     --------
@@ -206,27 +208,84 @@ def argsort_words(words: Sequence[np.ndarray]) -> np.ndarray:
         widths.append((high - low).bit_length())
     rank_bits = max(1, (n - 1).bit_length())
     room = 64 - rank_bits
+    total = sum(widths)
     lowest = np.cumsum(([0] + widths[::-1])[:-1])[::-1].tolist()  # each column's lowest bit in the whole key
+    if total > 2 * room:  # three or more passes from the least significant end: the top digit first
+        return _argsort_top(columns, widths, lowest, n, rank_bits, room)
     ranks = np.arange(n, dtype=np.uint64)
     positions = None
-    for first in range(0, sum(widths), room):
-        last = min(sum(widths), first + room)
-        digit = np.zeros(n, np.uint64)
-        for (column, low), width, at in zip(columns, widths, lowest):
-            if at + width <= first or at >= last:
-                continue
-            bits = column if positions is None else column[positions]
-            bits = bits - np.uint64(low)
-            bits = bits >> np.uint64(first - at) if first >= at else bits << np.uint64(at - first)
-            digit |= bits
-        if last - first < 64:
-            digit &= np.uint64((1 << (last - first)) - 1)
+    for first in range(0, total, room):
+        last = min(total, first + room)
+        digit = _digit(columns, widths, lowest, first, last, positions)
         digit <<= np.uint64(rank_bits)
         digit |= ranks
         digit.sort()  # unique values: any sort is stable here
         step = (digit & np.uint64((1 << rank_bits) - 1)).astype(np.intp)
         positions = step if positions is None else positions[step]
     return np.arange(n, dtype=np.intp) if positions is None else positions
+
+
+def _digit(columns: list, widths: list[int], lowest: list[int], first: int, last: int,
+           rows: np.ndarray | None) -> np.ndarray:
+    """Bits ``[first, last)`` of the whole key of :func:`argsort_words` (of ``rows``, or all), as ``uint64``."""
+    n = len(columns[0][0]) if rows is None else len(rows)
+    digit = np.zeros(n, np.uint64)
+    for (column, low), width, at in zip(columns, widths, lowest):
+        if at + width <= first or at >= last:
+            continue
+        bits = column if rows is None else column[rows]
+        bits = bits - np.uint64(low)
+        bits = bits >> np.uint64(first - at) if first >= at else bits << np.uint64(at - first)
+        digit |= bits
+    if last - first < 64:
+        digit &= np.uint64((1 << (last - first)) - 1)
+    return digit
+
+
+def _argsort_top(columns: list, widths: list[int], lowest: list[int], n: int, rank_bits: int, room: int
+                 ) -> np.ndarray:
+    """:func:`argsort_words` of a key of three passes or more: one pass of its top digit, then its ties.
+
+    One pass sorts the rows by the key's top ``room`` bits (stably, as
+    every pass does).  Rows whose digits tie keep their input order, which
+    is their order wherever their whole keys tie too; only the groups of
+    tied digits that hold different keys (neighbours in that order that
+    differ somewhere below the digit) are sorted again, by their group and
+    the bits below the digit.  Keys whose top bits mostly decide -- strings
+    that differ in their first bytes, repeated or not -- take one pass and
+    a check in place of three or more passes.
+    """
+    total = sum(widths)
+    first = total - room
+    ranks = np.arange(n, dtype=np.uint64)
+    digit = _digit(columns, widths, lowest, first, total, None)
+    digit <<= np.uint64(rank_bits)
+    digit |= ranks
+    digit.sort()
+    positions = (digit & np.uint64((1 << rank_bits) - 1)).astype(np.intp)
+    digit >>= np.uint64(rank_bits)
+    tied = digit[1:] == digit[:-1]  # neighbours in the digit's order with equal digits
+    del digit
+    pairs = np.flatnonzero(tied)
+    if not len(pairs):
+        return positions
+    a, b = positions[pairs], positions[pairs + 1]
+    differ = np.zeros(len(pairs), bool)
+    for (column, _), width, at in zip(columns, widths, lowest):
+        if width and at < first:  # bits at and above the digit are equal in these pairs
+            differ |= column[a] != column[b]
+    if not differ.any():
+        return positions
+    # Groups of tied digits, numbered in order; the ones holding different keys are sorted again.
+    group = np.concatenate(([0], np.cumsum(~tied)))
+    again = np.zeros(group[-1] + 1, bool)
+    again[group[pairs[differ]]] = True
+    at_rows = np.flatnonzero(again[group])  # places in the digit's order, each group's together
+    rows = positions[at_rows]
+    rest = [_digit(columns, widths, lowest, lo, min(first, lo + 64), rows) for lo in range(0, first, 64)][::-1]
+    step = argsort_words([group[at_rows].astype(np.uint64), *rest])
+    positions[at_rows] = rows[step]
+    return positions
 
 
 def _unsigned(column: np.ndarray) -> np.ndarray:

@@ -99,9 +99,21 @@ def records(values: Any, width: int, label: Any) -> np.ndarray:
         raise ValueError(f"column {label!r} holds a string of {int(lengths.max())} bytes, but it measured "
                          f"{width} bytes when the sort was built: was the frame changed in between?")
     out = np.zeros(n, storage(width))
-    rows = np.repeat(np.arange(n), lengths)
-    at = np.arange(len(rows)) - np.repeat(offsets[:-1] - offsets[0], lengths)
-    out["b"][rows, at] = data[offsets[0]:offsets[-1]]
+    if n and offsets[-1] > offsets[0]:
+        if n * width <= 4 * int(offsets[-1] - offsets[0]) + 32 * n:
+            # Narrow records (most strings near the longest): each row's ``width`` bytes from its offset on,
+            # gathered as one fixed-width blob (overlapping views of the data), then the bytes past its
+            # length zeroed -- no per-byte row numbers to repeat and scatter.
+            padded = np.zeros(int(offsets[-1] - offsets[0]) + width, np.uint8)
+            padded[:len(padded) - width] = data[offsets[0]:offsets[-1]]
+            blobs = np.ndarray((len(padded) - width + 1,), np.dtype((np.void, width)), padded, strides=(1,))
+            b = blobs[offsets[:-1] - offsets[0]].view(np.uint8).reshape(n, width)
+            b[np.arange(width) >= lengths[:, None]] = 0
+            out["b"] = b
+        else:  # a few long strings: scatter the bytes there are
+            rows = np.repeat(np.arange(n), lengths)
+            at = np.arange(len(rows)) - np.repeat(offsets[:-1] - offsets[0], lengths)
+            out["b"][rows, at] = data[offsets[0]:offsets[-1]]
     out["n"] = np.where(arr.is_null().to_numpy(zero_copy_only=False), -1, lengths)
     return out
 
