@@ -47,10 +47,17 @@ def synchronize(x: Any) -> None:
     """Wait until the GPU has written ``x`` (a CuPy array); nothing for host arrays.
 
     Arrays about to leave the process through comms that do not order
-    themselves after the kernels that wrote them must wait for them.
+    themselves after the kernels that wrote them must wait for them.  It
+    waits for this thread's stream, where gpusort's kernels write (staged
+    copies wait for their own streams), never for the whole device: a
+    device-wide wait would also wait for an NCCL kernel of another sort
+    that spins for a peer, which may be waiting for this very task.
     """
     if is_cupy(x):
-        x.device.synchronize()
+        import cupy
+
+        with x.device:
+            cupy.cuda.get_current_stream().synchronize()
 
 
 def concatenate(parts: Sequence[Any], dtype: Any = None) -> Any:

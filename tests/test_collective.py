@@ -6,9 +6,9 @@ splitters, exchange and merge, the graph's placement of chunks and output,
 and the turn and agreement of the communicators, checked against NumPy.
 """
 
-import hashlib
 import threading
 import time
+import uuid
 
 import dask
 import dask.array as da
@@ -60,6 +60,23 @@ def test_graph_is_a_task_per_worker_and_a_view_per_chunk(client):
     counts = tasks_of(y)
     assert counts["collective"] == 3 and counts["ranked"] == 3 and counts["sorted"] == 100
     assert y.chunks == ((2_000,) * 100,)
+
+
+def test_output_chunks_stay_on_the_worker_that_merged_them(client):
+    """Each view is pinned to its rank's worker: the result is three runs of consecutive chunks, in rank order."""
+    x = da.random.default_rng(2).integers(0, 2**40, 120_000, chunks=1_000)
+    y = gpusort.sort(x, chunks=2_000).persist()
+    wait(y)
+    where = client.who_has(y)
+    holders = [where[k] for k in y.__dask_keys__()]
+    assert all(len(h) == 1 for h in holders)
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    ranks = [workers.index(h[0]) for h in holders]
+    assert ranks == sorted(ranks) and set(ranks) == {0, 1, 2}
+    pinned = client.run_on_scheduler(lambda keys, dask_scheduler=None: [
+        sorted(dask_scheduler.tasks[k].worker_restrictions or ()) for k in keys], y.__dask_keys__())
+    assert pinned == [[h[0]] for h in holders]  # pinned there, not merely put there
+    np.testing.assert_array_equal(y.compute(), np.sort(x.compute()))
 
 
 def test_persisted_chunks_are_sorted_where_they_are(client):
@@ -114,7 +131,7 @@ def test_many_sorts_at_once_on_workers_of_one_thread(monkeypatch):
     thread (dask-cuda's default): a rank that held its thread while it waited
     would leave no thread for the inputs of the ranks it waits for.
     """
-    monkeypatch.setattr(comms, "HANDSHAKE_TIMEOUT", 30.0)  # a deadlock fails the test instead of hanging it
+    monkeypatch.setattr(comms, "TURN_TIMEOUT", 30.0)  # a deadlock fails the test instead of hanging it
     rng = np.random.default_rng(8)
     xs = [rng.integers(0, 1_000, 60_000) for _ in range(4)]
 
@@ -166,15 +183,12 @@ def test_place_keeps_chunks_where_they_are_within_a_share():
 
 def test_a_sort_whose_rank_is_yet_to_come_does_not_hold_up_a_sort_that_is_ready(monkeypatch):
     """Rank 1 starts sort ``late`` only once sort ``ready`` has ended there (as a sort of another sort's
-    output would): ``ready`` must run first on both ranks, though ``late`` is the least token."""
-    monkeypatch.setattr(comms, "HANDSHAKE_TIMEOUT", 10.0)  # a deadlock fails the test instead of hanging it
-
-    def digest(token: str) -> bytes:
-        return hashlib.blake2b(token.encode(), digest_size=16).digest()
-
-    late, ready = sorted(["p", "q"], key=digest)
+    output would): ``ready`` must run first on both ranks, though rank 0 asked for ``late`` first."""
+    monkeypatch.setattr(comms, "TURN_TIMEOUT", 10.0)  # a deadlock fails the test instead of hanging it
+    late, ready = "late", "ready"
     table = hostcomms._Table()
-    ranks = [hostcomms.HostComm(table, ("a", "b"), r, "k") for r in range(2)]
+    key = uuid.uuid4().hex  # a communicator's own: its turns count from 0
+    ranks = [hostcomms.HostComm(table, ("a", "b"), r, key) for r in range(2)]
     order: list[tuple[int, str]] = []
     ended = threading.Event()
 
@@ -198,11 +212,12 @@ def test_a_sort_whose_rank_is_yet_to_come_does_not_hold_up_a_sort_that_is_ready(
     assert [t for r, t in order if r == 0] == [t for r, t in order if r == 1] == [ready, late]
 
 
-def test_turn_handshake_is_the_first_call_and_ends_with_the_sort():
-    """Two ranks in threads: a different token on each first steps aside, then both sorts run in turn."""
+def test_sorts_that_reach_the_ranks_in_different_orders_run_in_one_order():
+    """Two ranks in threads, each in two sorts, started in opposite orders: both sorts run, in one order on both."""
     table = hostcomms._Table()
     workers = ("a", "b")
-    ranks = [hostcomms.HostComm(table, workers, r, "k") for r in range(2)]
+    key = uuid.uuid4().hex
+    ranks = [hostcomms.HostComm(table, workers, r, key) for r in range(2)]
     order: list[tuple[int, str]] = []
 
     def run(rank: int, tokens: list[str]) -> None:
@@ -225,3 +240,48 @@ def test_turn_handshake_is_the_first_call_and_ends_with_the_sort():
     assert sorted(order) == [(0, "x"), (0, "y"), (1, "x"), (1, "y")]
     # Every sort ran on both ranks together: their orders agree.
     assert [t for r, t in order if r == 0] == [t for r, t in order if r == 1]
+
+
+def test_no_collective_call_before_every_rank_of_the_sort_has_started():
+    """A rank whose peer's task has not started yet posts nothing to the transport: on a GPU, an NCCL
+    kernel spinning for that peer could block the work that the peer's input still needs."""
+    table = hostcomms._Table()
+    key = uuid.uuid4().hex
+    ranks = [hostcomms.HostComm(table, ("a", "b"), r, key) for r in range(2)]
+    started = threading.Event()
+    early: list[int] = []
+    swap = hostcomms.HostComm._swap
+
+    def recorded(self, payload, timeout):
+        if not started.is_set():
+            early.append(self.rank)
+        return swap(self, payload, timeout)
+
+    def one(rank: int) -> None:
+        if rank == 1:
+            time.sleep(0.3)
+            started.set()
+        with ranks[rank].turn("t"):
+            ranks[rank].all_gather(np.array([rank], np.uint8), [1, 1])
+
+    hostcomms.HostComm._swap = recorded
+    try:
+        threads = [threading.Thread(target=one, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        hostcomms.HostComm._swap = swap
+    assert early == []
+    assert table.posts == {}  # both ranks gathered: nothing left behind
+
+
+def test_a_rank_that_leaves_the_rendezvous_is_waited_for_again():
+    turns = comms.Turns()
+    assert turns.arrive("k", "s", 0, 2) is None
+    assert turns.arrive("k", "s", 0, 2, leave=True) is None  # rank 0 gave up before rank 1 came
+    assert turns.arrive("k", "s", 1, 2) is None
+    assert turns.arrive("k", "s", 0, 2) == 0 and turns.arrive("k", "s", 1, 2) == 0
+    assert turns.arrive("k", "s2", 1, 2) is None and turns.arrive("k", "s2", 0, 2) == 1
+    assert turns.arrive("k", "s2", 1, 2, leave=True) == 1  # too late to leave: its sort has begun

@@ -4,7 +4,7 @@ Random keys are made on the GPUs (CuPy chunks, persisted: fresh keys and
 new Dask keys every repetition), then sorted with ``gpusort.sort`` on a
 ``LocalCUDACluster`` of each GPU count: across several GPU workers the
 sort is one task per worker talking over NCCL (``gpusort.engine.collective``).
-Each repetition's clock runs from ``gpusort.sort`` to the persisted result;
+Each repetition's clock runs from ``gpusort.sort`` to the persisted result with the GPUs idle;
 the first and the last repetition of each count are checked with
 ``gpusort.verify`` on the GPUs (sorted, and a permutation of the input by
 count and checksum).  Printed: seconds and Gkeys/s per repetition, the
@@ -104,15 +104,25 @@ def sort_once(client, args: argparse.Namespace, seed: int, check: bool) -> dict:
     built = time.perf_counter() - start
     y = y.persist()
     wait(y)
+    client.run(_gpu_idle)  # the clock stops once the GPUs have written the result, not once Dask holds its views
     seconds = time.perf_counter() - start
     phases = runtime.phase_seconds(client, start_wall)
     if args.timeline:
         print("    " + timeline(client, start_wall, built))
+        print("    phases (ms, summed over the workers): "
+              + ", ".join(f"{phase} {seconds * 1e3:.1f}" for phase, seconds in phases.items()))
     verified = bool(gpusort.verify(x, y).ok) if check else None
-    client.cancel([x, y])
+    # Released, not cancelled: distributed's cancel asserts on a graph where
+    # a task is reached from several cancelled keys (every view reads every rank).
     del x, y
     _drained(client)
     return {"seconds": seconds, "gkeys": args.keys / seconds / 1e9, "phases": phases, "verified": verified}
+
+
+def _gpu_idle() -> None:
+    import cupy
+
+    cupy.cuda.runtime.deviceSynchronize()
 
 
 def timeline(client, start: float, built: float) -> str:
@@ -120,12 +130,15 @@ def timeline(client, start: float, built: float) -> str:
     from dask.utils import key_split
 
     spans: dict[str, list[float]] = {}
+    busy: dict[str, list[float]] = {}  # each task's compute seconds, by kind
     for task in client.get_task_stream(start=start):
         kind = key_split(task["key"]).split("-")[0]
         for s in task["startstops"]:
             if s["action"] == "compute":
                 spans.setdefault(kind, []).extend([s["start"] - start, s["stop"] - start])
-    parts = [f"{kind} {min(t) * 1e3:.0f}-{max(t) * 1e3:.0f}" for kind, t in sorted(spans.items(), key=lambda kv: min(kv[1]))]
+                busy.setdefault(kind, []).append(s["stop"] - s["start"])
+    parts = [f"{kind} {min(t) * 1e3:.0f}-{max(t) * 1e3:.0f} ({len(busy[kind])} tasks, {sum(busy[kind]) * 1e3:.1f} ms)"
+             for kind, t in sorted(spans.items(), key=lambda kv: min(kv[1]))]
     return f"timeline (ms): graph built {built * 1e3:.0f}; " + "; ".join(parts)
 
 

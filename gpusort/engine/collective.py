@@ -132,9 +132,9 @@ def rank_graph(keys: da.Array, values: da.Array | None, *, descending: bool, bac
         value_dtype=np.dtype(np.int64) if positions else None if values is None else np.dtype(values.dtype),
         descending=bool(descending), on_gpu=is_cupy(keys._meta),
     )
-    # Rank r's task runs on worker r of the group: the scheduler pins it there (comms.RankPlacement).
+    # Rank r's task runs on worker r of the group: the scheduler pins it there (comms.Placement).
     name, ranked = "collective-" + plan.token, "ranked-" + plan.token
-    dsk = {(name, r): comms.RankTask((name, r), sort_on_rank, plan, r,
+    dsk = {(name, r): comms.PinnedTask((name, r), sort_on_rank, plan, r,
                                      *[None if x is None else TaskRef(x) for k in owned[r] for x in inputs[k]],
                                      worker=group.workers[r])
            for r in range(nranks)}

@@ -28,9 +28,13 @@ Life of a communicator:
 Every communicator is one stream of collectives, matched call by call
 across the ranks; two sorts that reach the workers in different orders
 would pair one sort's call with the other's.  :meth:`Collectives.turn` opens a
-sort's use of it with a handshake of the sorts' tokens: ranks that meet in
-different sorts step aside for the least token, which every rank sees, and
-try again.
+sort's use of it with a rendezvous on the host, at the scheduler
+(:class:`Turns`): once every rank's task of a sort has started there, the
+sort gets the communicator's next ticket, and every worker runs its sorts
+in ticket order.  No NCCL kernel waits for a rank whose task has not
+started: a kernel that spins for a peer while that peer's input is still
+being computed (perhaps on this very GPU, by a task that needs a device
+synchronization) deadlocks the cluster.
 
 NVLink multicast (NVLS) stays off (``NCCL_NVLS_ENABLE=0`` in the workers'
 environment, unless set): on machines that share their GPUs, a program
@@ -41,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import threading
 import time
@@ -58,8 +61,10 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 #: Seconds a rank waits for its peers in one collective before it aborts the
 #: communicator: within a minute, a lost worker is an error, never a hang.
 TIMEOUT = 45.0
-#: Seconds the first call of a sort waits for every rank's task to start.
-HANDSHAKE_TIMEOUT = 3600.0
+#: Seconds a rank's task waits at the rendezvous for every rank's task of its sort to start.
+TURN_TIMEOUT = 3600.0
+#: Seconds one call to the scheduler's rendezvous waits before the rank checks its peers are alive.
+RENDEZVOUS_POLL = 2.0
 #: Seconds between a waiting rank's checks that its peers are still in the cluster.
 LIVENESS_SECONDS = 2.0
 
@@ -168,14 +173,14 @@ class Collectives:
     def __init__(self, workers: tuple[str, ...], rank: int, key: str):
         self.workers, self.rank, self.size, self.key = workers, rank, len(workers), key
         self.broken: str | None = None
-        self._lock = threading.Lock()
-        self._done: set[bytes] = set()
+        self._order = threading.Condition()
+        self._serving = 0  # the ticket whose sort runs now, or runs next, on this rank
 
     # --- the turn of one sort ---
 
     @contextlib.contextmanager
     def turn(self, token: str) -> Iterator["Collectives"]:
-        """The communicator for this sort alone, once every rank is in the sort ``token``.
+        """The communicator for sort ``token`` alone, once every rank's task of it has started.
 
         The rank's task leaves its worker's thread pool first, for good: a
         task that waits for its peers (whose inputs may still have to be
@@ -187,32 +192,33 @@ class Collectives:
         whose GPU memory they then share.
         """
         _leave_thread_pool()
-        mine = np.frombuffer(hashlib.blake2b(token.encode(), digest_size=16).digest(), np.uint8)
-        deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+        ticket = self._rendezvous(token)
+        with self._order:
+            while self._serving < ticket and self.broken is None:
+                self._order.wait(0.05)
+        try:
+            if self.broken is not None:
+                raise CommError(f"communicator {self.key!r} was aborted ({self.broken}); build the sort again")
+            yield self
+        finally:
+            with self._order:
+                self._serving = max(self._serving, ticket + 1)
+                self._order.notify_all()
+
+    def _rendezvous(self, token: str) -> int:
+        """This sort's ticket, once every rank's task of it has started (asked of :func:`arrive`)."""
+        deadline = time.monotonic() + TURN_TIMEOUT
         while True:
-            with self._lock:
-                # The first call of a sort waits for every rank's task to start, however long
-                # its inputs take to compute: lost peers and a cancelled sort end it, not a clock.
-                tokens = {bytes(t) for t in self._gather(mine, [16] * self.size, HANDSHAKE_TIMEOUT)}
-                if tokens == {bytes(mine)}:
-                    try:
-                        yield self
-                    finally:
-                        self._done.add(bytes(mine))
-                    return
-            # Ranks in different sorts: the least token goes first on every rank, the
-            # others wait until it is done here (or a moment passes) and ask again.
-            first = min(tokens)
-            if time.monotonic() >= deadline:
-                self.abort("ranks stayed in different sorts")
-                raise CommError(f"communicator {self.key!r}: other sorts kept these workers busy for "
-                                f"{HANDSHAKE_TIMEOUT:.0f} s; run one collective sort at a time on a cluster")
-            if bytes(mine) != first:
-                end = time.monotonic() + 0.05
-                while not (first in self._done or self.broken is not None) and time.monotonic() < end:
-                    time.sleep(0.001)
-            else:  # let this worker's other sorts ask too: the first may wait here for a rank yet to come
-                time.sleep(0.001)
+            ticket = arrive(self.key, token, self.rank, self.size, RENDEZVOUS_POLL)
+            if ticket is not None:
+                return ticket
+            why = _gone(self.workers) or ("" if time.monotonic() < deadline else f"no turn in {TURN_TIMEOUT:.0f} s")
+            if why:
+                ticket = arrive(self.key, token, self.rank, self.size, 0.0, leave=True)
+                if ticket is not None:  # every rank came after all: the sort runs, and its peers with it
+                    return ticket
+                raise CommError(f"communicator {self.key!r}: {why} before sort {token} began "
+                                f"(rank {self.rank} of {self.size})")
 
     # --- collectives ---
 
@@ -271,6 +277,8 @@ class Collectives:
             self.broken = why
             with contextlib.suppress(Exception):
                 self._abort_transport()
+            with self._order:
+                self._order.notify_all()
 
     def _abort_transport(self) -> None:
         raise NotImplementedError
@@ -388,6 +396,81 @@ def _leave_thread_pool() -> None:
         pass
 
 
+class Turns:
+    """The order of the sorts on each communicator: a sort's ticket, once every rank of it has arrived.
+
+    Tickets count up from 0 per communicator, in the order the sorts
+    became complete, so every rank sees the same order.  One table lives
+    on the scheduler (:class:`Placement`); threads outside a worker (tests)
+    share this process's.
+
+    Examples
+    --------
+    >>> turns = Turns()
+    >>> turns.arrive("k", "b", 0, 2), turns.arrive("k", "a", 1, 2), turns.arrive("k", "a", 0, 2)
+    (None, None, 0)
+    >>> turns.arrive("k", "a", 1, 2), turns.arrive("k", "b", 1, 2), turns.arrive("k", "b", 0, 2)
+    (0, 1, 1)
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._arrived: dict[tuple[str, str], set[int]] = {}
+        self._tickets: dict[tuple[str, str], tuple[int, set[int]]] = {}  # ticket, and the ranks that have it
+        self._next: dict[str, int] = {}
+
+    def arrive(self, key: str, token: str, rank: int, size: int, leave: bool = False) -> int | None:
+        """Rank ``rank`` of ``size`` is in sort ``token`` on communicator ``key``: its ticket, or ``None`` for not yet.
+
+        With ``leave``, a rank that will wait no more takes its arrival
+        back, unless the sort has its ticket already (then it must run).
+        """
+        sort = (key, token)
+        with self._lock:
+            if sort in self._tickets:
+                ticket, told = self._tickets[sort]
+                told.add(rank)
+                if len(told) == size:
+                    del self._tickets[sort]
+                return ticket
+            arrived = self._arrived.setdefault(sort, set())
+            if leave:
+                arrived.discard(rank)
+                if not arrived:
+                    del self._arrived[sort]
+                return None
+            arrived.add(rank)
+            if len(arrived) < size:
+                return None
+            del self._arrived[sort]
+            ticket = self._next.get(key, 0)
+            self._next[key] = ticket + 1
+            if size > 1:
+                self._tickets[sort] = (ticket, {rank})
+            return ticket
+
+
+_local_turns = Turns()  # for ranks that run outside a worker (tests' threads)
+
+
+def arrive(key: str, token: str, rank: int, size: int, wait: float, leave: bool = False) -> int | None:
+    """:meth:`Turns.arrive` at the scheduler of this worker's cluster, waiting up to ``wait`` seconds for the ticket."""
+    from distributed import get_worker
+    from distributed.utils import sync
+
+    try:
+        worker = get_worker()
+    except ValueError:  # a test's thread: this process's table, polled
+        end = time.monotonic() + wait
+        while True:
+            ticket = _local_turns.arrive(key, token, rank, size, leave)
+            if ticket is not None or leave or time.monotonic() >= end:
+                return ticket
+            time.sleep(1e-3)
+    return sync(worker.loop, worker.scheduler.gpusort_turn, key=key, token=token, rank=rank, size=size, wait=wait,
+                leave=leave)
+
+
 def _gone(workers: Sequence[str]) -> str:
     """Why a waiting rank should stop waiting, asked from a worker's task thread: "" while its peers may come.
 
@@ -463,15 +546,18 @@ def why_not(client: Any) -> str:
     return "two or more workers share one GPU (NCCL needs a GPU per worker: start a dask-cuda LocalCUDACluster)"
 
 
-# --- where the ranks' tasks run ----------------------------------------------------------------
+# --- where the ranks' tasks run, and when ------------------------------------------------------
 
-class RankTask(Task):
-    """A task that must run on one worker, ``worker``: a rank of a collective sort.
+class PinnedTask(Task):
+    """A task that must run on one worker, ``worker``: a rank of a collective sort, or a view of a rank's block.
 
     Never fused with its neighbours (Dask's linear fusion would rename it,
-    and run the fused task wherever its inputs are); :class:`RankPlacement`
+    and run the fused task wherever its inputs are); :class:`Placement`
     pins it to ``worker`` as its graph reaches the scheduler.  Layer
     annotations cannot say this: Dask's array optimization drops them.
+    Pinned, a view is never queued as a root-ish task either: the
+    scheduler would hand a worker its views a few at a time, a round trip
+    each (a view's task group reads few tasks when the workers are few).
     """
 
     worker: str
@@ -487,11 +573,11 @@ class RankTask(Task):
         return True
 
 
-_registered: set[str] = set()  # the schedulers that have a RankPlacement, by address
+_registered: set[str] = set()  # the schedulers that have a Placement, by address
 
 
 def register(client: Any, group: Group) -> Group:
-    """Have ``client``'s scheduler pin rank tasks (:class:`RankPlacement`); ``group``, for chaining."""
+    """Have ``client``'s scheduler pin tasks and hand out turns (:class:`Placement`); ``group``, for chaining."""
     address = client.scheduler.address
     if address not in _registered:
         client.run_on_scheduler(_register)
@@ -500,17 +586,40 @@ def register(client: Any, group: Group) -> Group:
 
 
 def _register(dask_scheduler: Any = None) -> None:
-    if RankPlacement.name not in dask_scheduler.plugins:
-        dask_scheduler.add_plugin(RankPlacement(), name=RankPlacement.name)
+    if Placement.name not in dask_scheduler.plugins:
+        plugin = Placement()
+        dask_scheduler.add_plugin(plugin, name=Placement.name)
+        dask_scheduler.handlers["gpusort_turn"] = plugin.turn
 
 
-class RankPlacement(SchedulerPlugin):
-    """Restricts every :class:`RankTask` to its worker, before the scheduler places the new tasks."""
+class Placement(SchedulerPlugin):
+    """The scheduler's part: every :class:`PinnedTask` restricted to its worker, and the sorts' turns.
+
+    ``gpusort_turn`` (a scheduler handler) is :meth:`Turns.arrive`, waiting
+    up to ``wait`` seconds for the last rank instead of returning ``None``
+    at once: the ranks learn their turn one round trip after it begins.
+    """
 
     name = "gpusort-ranks"
+
+    def __init__(self) -> None:
+        self.turns = Turns()
+        self._ready: dict[tuple[str, str], asyncio.Event] = {}
 
     def update_graph(self, scheduler: Any, *, tasks: Any = (), **kwargs: Any) -> None:
         for key in tasks:
             ts = scheduler.tasks.get(key)
-            if ts is not None and isinstance(ts.run_spec, RankTask):
+            if ts is not None and isinstance(ts.run_spec, PinnedTask):
                 scheduler.set_restrictions({key: ts.run_spec.worker})
+
+    async def turn(self, key: str, token: str, rank: int, size: int, wait: float, leave: bool = False) -> int | None:
+        ticket = self.turns.arrive(key, token, rank, size, leave)
+        if ticket is not None or leave:
+            ready = self._ready.pop((key, token), None)
+            if ready is not None and ticket is not None:
+                ready.set()
+            return ticket
+        ready = self._ready.setdefault((key, token), asyncio.Event())
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(ready.wait(), wait)
+        return self.turns.arrive(key, token, rank, size)  # the ticket, or still waiting: the rank asks again

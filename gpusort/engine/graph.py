@@ -36,6 +36,7 @@ external sort keeps them on disk between the two.
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,7 +125,8 @@ def extend(graph: HighLevelGraph, name: str, dsk: dict, *deps: str) -> HighLevel
 
 
 def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[int, int]] | None = None,
-           decoded: tuple | None = None, after: tuple[str, list] | None = None) -> da.Array:
+           decoded: tuple | None = None, after: tuple[str, list] | None = None,
+           workers: Sequence[str] | None = None) -> da.Array:
     """Field ``field`` of the pairs that tasks ``(name, b)`` compute, as an array.
 
     With ``blocks`` (chunk ranges ``[a, b)``, one per task), task ``b``
@@ -132,6 +134,8 @@ def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[in
     ``decoded`` (:func:`gpusort.keys.order.decode`'s arguments after the keys)
     decodes each chunk from order keys as it is cut.  ``after`` (a layer
     name and keys of it) are tasks every chunk waits for, unread.
+    ``workers[b]``: the worker that computes task ``b``, where its views
+    are pinned (:class:`gpusort.engine.comms.PinnedTask`).
     """
     out = f"{label}-{tokenize(name, field, decoded, chunks, blocks)}"
     # Task objects, not tuples: an output chunk a task, tens of thousands of
@@ -142,12 +146,13 @@ def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[in
     else:
         starts = np.concatenate(([0], np.cumsum(chunks[0]))).tolist()
         waits = () if after is None else (List(*(TaskRef(k) for k in after[1])),)
-        dsk = {
-            (out, i): Task((out, i), _cut, TaskRef((name, t)), field, starts[i] - starts[a], starts[i + 1] - starts[a],
-                           decoded, *waits)
-            for t, (a, b) in enumerate(blocks)
-            for i in range(a, b)
-        }
+        def view(t: int, i: int, a: int) -> Task:
+            args = (_cut, TaskRef((name, t)), field, starts[i] - starts[a], starts[i + 1] - starts[a], decoded, *waits)
+            if workers is None:
+                return Task((out, i), *args)
+            return comms.PinnedTask((out, i), *args, worker=workers[t])
+
+        dsk = {(out, i): view(t, i, a) for t, (a, b) in enumerate(blocks) for i in range(a, b)}
     deps = (name,) if after is None else (name, after[0])
     return da.Array(extend(graph, out, dsk, *deps), out, chunks, meta=meta_from_array(meta, ndim=1, dtype=dtype))
 
@@ -489,10 +494,12 @@ def _sort_on_ranks(keys: da.Array, values: da.Array | None, *, descending: bool,
                                declared=declared_chunks(keys, values, 0, nchunks),
                                inputs=[chunk_inputs(keys, values, k, k + 1) for k in range(nchunks)])
     after = (on.ranked, on.waits)
-    out = _field(on.graph, on.name, 0, "sorted", sizes, keys._meta, keys.dtype, on.blocks, after=after)
+    out = _field(on.graph, on.name, 0, "sorted", sizes, keys._meta, keys.dtype, on.blocks, after=after,
+                 workers=group.workers)
     if on.value_dtype is None:
         return out, None
-    return out, _field(on.graph, on.name, 1, "sorted-values", sizes, keys._meta, on.value_dtype, on.blocks, after=after)
+    return out, _field(on.graph, on.name, 1, "sorted-values", sizes, keys._meta, on.value_dtype, on.blocks,
+                       after=after, workers=group.workers)
 
 
 #: The sort footprint the graph assumes any default GPU memory budget holds
