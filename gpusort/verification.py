@@ -34,17 +34,8 @@ from gpusort.front.api import check_flag
 from gpusort.keys import order
 from gpusort.zarr_io import as_dask_array, compute
 
-_MOD = 2**64
-#: Elements per slice of a chunk on the CPU.  Small enough that the slice and
-#: the hash's two uint64 buffers (3 x 2 MiB) stay in cache across the passes,
-#: large enough that the dozen ufunc calls per slice rarely take the GIL:
-#: threads handing it over every few microseconds run slower than one.
-#: Smaller slices contend for the GIL, larger ones fall out of cache; this
-#: size is the fastest of a sweep (benchmarks/NOTES.md).
-SLICE = 2**18
+_MOD = 2**64  # the checksums' modulus: a backend's scan sums mod 2^64
 DEVICES = ("auto", "cpu", "gpu")
-#: SplitMix64's constants: the increment and the finalizer's two multipliers.
-_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
 
 
 @dataclass(frozen=True)
@@ -185,53 +176,10 @@ class _ChunkFacts:
     end_values: tuple[str, str] | None  # the same two elements, as the user sees them
 
 
-def _bits(block: Any) -> Any:
-    """The elements' bits as unsigned integers of their width (a view)."""
-    return block.view(f"u{block.dtype.itemsize}")
-
-
-def _scan(block: np.ndarray, descending: bool | None) -> tuple[int, int | None]:
-    """(checksum, first local ``i`` with ``block[i + 1]`` out of order after ``block[i]``) of a NumPy chunk.
-
-    The checksum is the sum, mod 2^64, of a 64-bit mix of every element's
-    exact bits (order-independent): SplitMix64's finalizer of the bits
-    zero-extended to 64, so a change of one bit in one element changes the
-    sum in about half its bits and damage cannot cancel out.  The sort
-    returns exactly the input's bits, so ``-0.0`` and ``0.0`` hash apart,
-    and so do NaNs of other payloads; :meth:`gpusort.backends.cupy.CupyBackend.scan` gives the same sums.
-
-    One pass over slices of :data:`SLICE` elements: each is hashed with
-    in-place ufuncs into two reused buffers and, unless ``descending`` is
-    None, checked for order (with the next slice's first element) while it
-    is in cache.  Order keys tie ``-0.0`` with ``0.0`` and NaN with NaN.
-    """
-    bits, n = _bits(block), len(block)
-    z = np.empty(min(n, SLICE), np.uint64)
-    t = np.empty_like(z)
-    total, bad = 0, None
-    for a in range(0, n, SLICE):
-        m = min(SLICE, n - a)
-        zs, ts = z[:m], t[:m]
-        np.add(bits[a: a + m], _MIX[0], out=zs)  # zero-extends narrower bits to uint64
-        for shift, multiplier in ((30, _MIX[1]), (27, _MIX[2])):
-            np.right_shift(zs, np.uint64(shift), out=ts)
-            np.bitwise_xor(zs, ts, out=zs)
-            np.multiply(zs, multiplier, out=zs)
-        np.right_shift(zs, np.uint64(31), out=ts)
-        np.bitwise_xor(zs, ts, out=zs)
-        total += int(zs.sum(dtype=np.uint64))  # wraps mod 2^64
-        if descending is not None and bad is None:
-            okeys = order.encode(block[a: a + m + 1], descending, "tied")
-            wrong = okeys[:-1] > okeys[1:]
-            if wrong.any():
-                bad = a + int(wrong.argmax())
-    return total % _MOD, bad
-
-
 def _scan_chunk(block: Any, descending: bool | None, device: str) -> tuple[int, int | None]:
     """:func:`_scan` wherever ``device`` puts ``block``: its GPU, a GPU of this worker, or the CPU."""
     if is_cupy(block):
-        return get_backend("cupy").scan(block, descending)
+        return get_backend("cupy").scan(block, descending)  # on its own GPU
     # CuPy has neither datetimes nor byte-swapped dtypes: those stay on the CPU.
     movable = block.dtype.isnative and block.dtype.kind not in "mM"
     if device == "gpu" and not _gpu_here():
@@ -239,9 +187,8 @@ def _scan_chunk(block: Any, descending: bool | None, device: str) -> tuple[int, 
 
         raise ValueError(f"device='gpu' checks on a GPU, and this worker has none: {runtime.gpus()[1]}; "
                          "use device='auto' (a GPU where there is one) or device='cpu'")
-    if movable and (device == "gpu" or (device == "auto" and _gpu_here())):
-        return get_backend("cupy").scan(block, descending)
-    return _scan(block, descending)
+    on_gpu = movable and (device == "gpu" or (device == "auto" and _gpu_here()))
+    return get_backend("cupy" if on_gpu else "numpy").scan(block, descending)
 
 
 @functools.cache

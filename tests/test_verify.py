@@ -13,7 +13,7 @@ import zarr
 from reference import KEY_DTYPES, TIES, make_keys, ref_argsort
 
 import gpusort
-from gpusort import verification
+from gpusort.backends import numpy as numpy_backend
 from gpusort.verification import verify
 
 
@@ -73,14 +73,14 @@ def unsorted_found_at(where: int, device: str) -> None:
 
 
 def test_checksum_is_of_the_exact_bits_for_every_width(monkeypatch):
-    monkeypatch.setattr(verification, "SLICE", 1000)
+    monkeypatch.setattr(numpy_backend, "SLICE", 1000)
     checksums_match_the_oracle("cpu")
 
 
 @pytest.mark.parametrize("where", [0, 999, 1000, 2003])
 def test_unsorted_at_slice_boundaries(where, monkeypatch):
     """A chunk is checked in slices; the pairs across them count too."""
-    monkeypatch.setattr(verification, "SLICE", 1000)
+    monkeypatch.setattr(numpy_backend, "SLICE", 1000)
     unsorted_found_at(where, "cpu")
 
 

@@ -79,6 +79,41 @@ class Backend(Protocol):
     def lexsort_rows(self, columns: Sequence[Any]) -> Any:
         """int64 positions that sort every row of ``columns`` stably, the last column primary (``np.lexsort``'s order)."""
 
+    def sort_parts(self, keys: Sequence[Any], values: Any, encode: Any, decode: Any, temporaries: int = 2
+                   ) -> Pair | None:
+        """Host key parts (and value parts, or ``(offset, n)`` for positions) as one sorted run, in one step.
+
+        ``encode`` makes order keys of raw keys, ``decode`` raw keys of order
+        keys.  ``None`` where this backend has no such step, or it does not
+        fit: the caller sorts the chunks as a run.
+        """
+
+    def sort_host_rows(self, blocks: Sequence[Any], sort: Any) -> Any | None:
+        """``sort(backend, blocks)`` of aligned host ``blocks``, row by row, within this backend's memory.
+
+        ``None`` where the backend takes such blocks as they are: the caller
+        sorts them on the backend of their own memory.
+        """
+
+    def beyond(self, blocks: Sequence[Any], pivot: Any, complement: bool, room: int) -> tuple[int, Any]:
+        """How many keys of 1-D ``blocks`` have order keys above ``pivot``, and those order keys in no order.
+
+        With ``complement``, the keys whose complemented order keys are
+        above it (the smallest).  The order keys come back as ``None`` when
+        there are more than ``room`` of them.
+        """
+
+    def scan(self, block: Any, descending: bool | None) -> tuple[int, int | None]:
+        """Verification's pass over one chunk: the checksum of its exact bits and its first out-of-order position.
+
+        The checksum is a sum mod 2^64 of a 64-bit mix of each element's
+        bits, the same on every backend; the position is ``None`` where the
+        chunk is in order, or where ``descending`` is ``None`` (no check).
+        """
+
+    def default_budget(self) -> int:
+        """The bytes a sort step may hold on this worker by default; 0 where it has no device memory to bound."""
+
 
 @dataclass(frozen=True)
 class BackendSpec:

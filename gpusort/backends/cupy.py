@@ -234,8 +234,12 @@ class CupyBackend:
     def sort_rows(self, okeys: Any) -> Any:
         return gpu.sort(_to_device(okeys), axis=-1)
 
-    def sort_host_rows(self, blocks: Sequence[np.ndarray], sort: Callable[[Any, tuple], Any]) -> np.ndarray:
+    def sort_host_rows(self, blocks: Sequence[np.ndarray], sort: Callable[[Any, tuple], Any]) -> np.ndarray | None:
         """``sort(self, gpu_blocks)`` of aligned host ``blocks``, each row (last axis) on its own, within the budget.
+
+        ``None`` for CuPy blocks (sorted where they are) and for keys CuPy
+        lacks (datetime64, timedelta64, bytes, str, structured), which sort
+        on the host.
 
         The rows go up, are sorted and come down in batches of whole rows,
         each a step of the budget's pool (:meth:`gpusort.memory.staging.GpuMemory.run`)
@@ -244,6 +248,8 @@ class CupyBackend:
         :data:`ROW_TEMPORARIES` arrays of the keys' size.  ``sort`` returns
         an array of the rows' shape (keys or positions).
         """
+        if not isinstance(blocks[0], np.ndarray) or any(b.dtype.kind in "mMSUV" for b in blocks):
+            return None
         rows = [b.reshape(-1, b.shape[-1]) for b in blocks]
         n, length = rows[0].shape
         key_bytes = sum(b.dtype.itemsize for b in blocks)
@@ -260,6 +266,10 @@ class CupyBackend:
 
     def lexsort_rows(self, columns: Sequence[Any]) -> Any:
         return gpu.lexsort([_to_device(c) for c in columns], axis=-1)
+
+    def default_budget(self) -> int:
+        """:func:`default_budget`, this worker's default GPU memory budget."""
+        return default_budget()
 
     def beyond(self, blocks: Sequence[Any], pivot: Any, complement: bool, room: int) -> tuple[int, Any]:
         """:func:`encoded_beyond` of ``blocks``, host blocks uploaded first."""

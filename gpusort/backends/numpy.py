@@ -74,8 +74,84 @@ class NumpyBackend:
     def lexsort_rows(self, columns: Sequence[np.ndarray]) -> np.ndarray:
         return np.lexsort(columns, axis=-1).astype(np.int64, copy=False)
 
+    def sort_parts(self, keys: Sequence[np.ndarray], values: Any, encode: Any, decode: Any,
+                   temporaries: int = 2) -> None:
+        return None  # no one-step path: the host sorts the chunks as a run
+
+    def sort_host_rows(self, blocks: Sequence[np.ndarray], sort: Any) -> None:
+        return None  # host rows sort where they are, on this backend
+
+    def beyond(self, blocks: Sequence[np.ndarray], pivot: Any, complement: bool, room: int
+               ) -> tuple[int, np.ndarray | None]:
+        kept = []
+        for block in blocks:
+            okeys = order.encode(block, False, "exact")
+            kept.append(okeys[(~okeys if complement else okeys) > pivot])
+        kept = np.concatenate(kept)
+        return len(kept), (kept if len(kept) <= room else None)
+
+    def scan(self, block: np.ndarray, descending: bool | None) -> tuple[int, int | None]:
+        return _scan(block, descending)
+
+    def default_budget(self) -> int:
+        return 0  # host memory: Dask's memory limits bound what a worker holds
+
 
 BACKEND = NumpyBackend()
+
+#: Elements per slice of a chunk on the CPU.  Small enough that the slice and
+#: the hash's two uint64 buffers (3 x 2 MiB) stay in cache across the passes,
+#: large enough that the dozen ufunc calls per slice rarely take the GIL:
+#: threads handing it over every few microseconds run slower than one.
+#: Smaller slices contend for the GIL, larger ones fall out of cache; this
+#: size is the fastest of a sweep (benchmarks/NOTES.md: ``verification``'s slice).
+SLICE = 2**18
+
+#: SplitMix64's constants: the increment and the finalizer's two multipliers.
+_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+
+
+def _bits(block: Any) -> Any:
+    """The elements' bits as unsigned integers of their width (a view)."""
+    return block.view(f"u{block.dtype.itemsize}")
+
+
+def _scan(block: np.ndarray, descending: bool | None) -> tuple[int, int | None]:
+    """(checksum, first local ``i`` with ``block[i + 1]`` out of order after ``block[i]``) of a NumPy chunk.
+
+    The checksum is the sum, mod 2^64, of a 64-bit mix of every element's
+    exact bits (order-independent): SplitMix64's finalizer of the bits
+    zero-extended to 64, so a change of one bit in one element changes the
+    sum in about half its bits and damage cannot cancel out.  The sort
+    returns exactly the input's bits, so ``-0.0`` and ``0.0`` hash apart,
+    and so do NaNs of other payloads; :meth:`gpusort.backends.cupy.CupyBackend.scan` gives the same sums.
+
+    One pass over slices of :data:`SLICE` elements: each is hashed with
+    in-place ufuncs into two reused buffers and, unless ``descending`` is
+    None, checked for order (with the next slice's first element) while it
+    is in cache.  Order keys tie ``-0.0`` with ``0.0`` and NaN with NaN.
+    """
+    bits, n = _bits(block), len(block)
+    z = np.empty(min(n, SLICE), np.uint64)
+    t = np.empty_like(z)
+    total, bad = 0, None
+    for a in range(0, n, SLICE):
+        m = min(SLICE, n - a)
+        zs, ts = z[:m], t[:m]
+        np.add(bits[a: a + m], _MIX[0], out=zs)  # zero-extends narrower bits to uint64
+        for shift, multiplier in ((30, _MIX[1]), (27, _MIX[2])):
+            np.right_shift(zs, np.uint64(shift), out=ts)
+            np.bitwise_xor(zs, ts, out=zs)
+            np.multiply(zs, multiplier, out=zs)
+        np.right_shift(zs, np.uint64(31), out=ts)
+        np.bitwise_xor(zs, ts, out=zs)
+        total += int(zs.sum(dtype=np.uint64))  # wraps mod 2^64
+        if descending is not None and bad is None:
+            okeys = order.encode(block[a: a + m + 1], descending, "tied")
+            wrong = okeys[:-1] > okeys[1:]
+            if wrong.any():
+                bad = a + int(wrong.argmax())
+    return total % 2**64, bad
 
 
 def _ascending(keys: np.ndarray) -> bool:

@@ -166,10 +166,9 @@ def sort_rows(descending: bool, positions: bool, backend: Any, *blocks: Any) -> 
     to the host (datetime64, timedelta64, bytes, str and structured keys,
     which CuPy lacks, sort on the host); other blocks sort where they are.
     """
-    name = getattr(backend, "name", backend)
-    if name == "cupy" and isinstance(blocks[0], np.ndarray) and not any(b.dtype.kind in "mMSUV" for b in blocks):
-        return get_backend(backend).sort_host_rows(
-            blocks, lambda gpu, rows: _sort_rows(gpu, descending, positions, rows))
+    done = get_backend(backend).sort_host_rows(blocks, lambda gpu, rows: _sort_rows(gpu, descending, positions, rows))
+    if done is not None:
+        return done
     return _sort_rows(get_backend(backend_for(blocks[0])), descending, positions, blocks)
 
 

@@ -49,7 +49,7 @@ from dask._task_spec import DataNode, List, Task, TaskRef
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from gpusort.arrays import is_cupy
-from gpusort.backends import MOVABLE_VALUE_BYTES, BackendSpec, Pair
+from gpusort.backends import MOVABLE_VALUE_BYTES, BackendSpec, Pair, get_backend
 from gpusort.engine import collective, comms, exchange, tasks
 from gpusort.keys import corank, order
 from gpusort.memory import plan
@@ -560,12 +560,8 @@ def default_budget_seen() -> int:
 
 def _default_budget_here() -> int:
     try:
-        from gpusort.backends import cupy as gpu_backend
-    except ImportError:  # no CuPy here
-        return 0
-    try:
-        return gpu_backend.default_budget()
-    except Exception:  # CuPy without a usable GPU
+        return get_backend("cupy").default_budget()
+    except Exception:  # no CuPy here, or CuPy without a usable GPU
         return 0
 
 

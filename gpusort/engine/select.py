@@ -36,7 +36,7 @@ from typing import Any, Sequence
 import dask.array as da
 
 from gpusort.arrays import is_cupy, namespace
-from gpusort.backends import get_backend
+from gpusort.backends import backend_for, get_backend
 from gpusort.keys import order
 
 #: Candidate sets this small are sorted outright.
@@ -95,8 +95,8 @@ def _above(okeys: Any, pivot: Any, k: int) -> tuple[int, Any]:
     ``k`` would queue that many atomics on one counter: a compare, a sum and
     a boolean index instead.
     """
-    if is_cupy(okeys) and k <= ATOMIC_KEYS:
-        return get_backend("cupy").beyond([okeys], pivot, False, ATOMIC_KEYS)  # integer order keys are their own
+    if k <= ATOMIC_KEYS:
+        return get_backend(backend_for(okeys)).beyond([okeys], pivot, False, ATOMIC_KEYS)  # integer order keys are their own
     mask = okeys > pivot
     return int(mask.sum()), okeys[mask]
 
@@ -160,7 +160,7 @@ def _encoded_beyond(blocks: Sequence[Any], k: int) -> Any:
     stride = _stride(n)
     sample = order.encode(namespace(blocks[0]).concatenate([b[::stride] for b in blocks]), False, "exact")
     pivot = _pivot(sample if k > 0 else ~sample, abs(k), n)
-    count, candidates = get_backend("cupy").beyond(blocks, pivot, k < 0, ATOMIC_KEYS)
+    count, candidates = get_backend(backend_for(blocks[0])).beyond(blocks, pivot, k < 0, ATOMIC_KEYS)
     return candidates if candidates is not None and count >= abs(k) else None
 
 

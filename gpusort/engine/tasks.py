@@ -96,10 +96,9 @@ def sort_chunks_whole(backend: Any, dtype: np.dtype, descending: bool, scheme: o
     check_declared(declared, chunks)
     sorter = get_backend(backend)
     keys, values = list(chunks[0::2]), list(chunks[1::2])
-    whole = getattr(sorter, "sort_parts", None)
-    if whole is not None and isinstance(keys[0], np.ndarray):
+    if isinstance(keys[0], np.ndarray):
         n = sum(len(k) for k in keys)
-        run = whole([np.ascontiguousarray(k, declared[0][2]) for k in keys],
+        run = sorter.sort_parts([np.ascontiguousarray(k, declared[0][2]) for k in keys],
                     (offset, n) if offset is not None else None if values[0] is None
                     else [np.ascontiguousarray(v, declared[0][3]) for v in values],
                     lambda k: order.encode(k, descending, scheme), lambda k: order.decode(k, dtype, descending, scheme),
