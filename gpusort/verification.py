@@ -177,7 +177,7 @@ class _ChunkFacts:
 
 
 def _scan_chunk(block: Any, descending: bool | None, device: str) -> tuple[int, int | None]:
-    """:func:`_scan` wherever ``device`` puts ``block``: its GPU, a GPU of this worker, or the CPU."""
+    """A backend's ``scan`` of ``block`` wherever ``device`` puts it: its GPU, a GPU of this worker, or the CPU."""
     if is_cupy(block):
         return get_backend("cupy").scan(block, descending)  # on its own GPU
     # CuPy has neither datetimes nor byte-swapped dtypes: those stay on the CPU.

@@ -90,8 +90,9 @@ def _join(key: str, workers: tuple[str, ...], dask_worker: Any = None) -> None:
 
 def install(client: Any) -> comms.Group:
     """Host communicators on every worker of ``client``'s cluster of threads: the group they form."""
-    workers = tuple(sorted(client.scheduler_info(n_workers=-1)["workers"]))
+    info = client.scheduler_info(n_workers=-1)
+    workers = tuple(sorted(info["workers"]))
     key = uuid.uuid4().hex[:16]
     _tables[key] = _Table()
     client.run(_join, key, workers)
-    return comms.register(client, comms.Group(key, workers, HostComm.kind))
+    return comms.register(client, comms.Group(key, workers, HostComm.kind), info["id"])

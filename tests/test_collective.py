@@ -250,6 +250,7 @@ def test_no_collective_call_before_every_rank_of_the_sort_has_started():
     ranks = [hostcomms.HostComm(table, ("a", "b"), r, key) for r in range(2)]
     started = threading.Event()
     early: list[int] = []
+    gathered: dict[int, list[int]] = {}
     swap = hostcomms.HostComm._swap
 
     def recorded(self, payload, timeout):
@@ -262,7 +263,7 @@ def test_no_collective_call_before_every_rank_of_the_sort_has_started():
             time.sleep(0.3)
             started.set()
         with ranks[rank].turn("t"):
-            ranks[rank].all_gather(np.array([rank], np.uint8), [1, 1])
+            gathered[rank] = [int(g[0]) for g in ranks[rank].all_gather(np.array([rank], np.uint8), [1, 1])]
 
     hostcomms.HostComm._swap = recorded
     try:
@@ -273,8 +274,64 @@ def test_no_collective_call_before_every_rank_of_the_sort_has_started():
             t.join(30)
     finally:
         hostcomms.HostComm._swap = swap
+    assert gathered == {0: [0, 1], 1: [0, 1]}
     assert early == []
     assert table.posts == {}  # both ranks gathered: nothing left behind
+
+
+def _pair() -> list[hostcomms.HostComm]:
+    """Two ranks of a new host communicator, for threads outside a worker."""
+    key = uuid.uuid4().hex
+    table = hostcomms._Table()
+    return [hostcomms.HostComm(table, ("a", "b"), r, key) for r in range(2)]
+
+
+def test_a_rank_waiting_for_its_peers_stops_once_its_communicator_is_aborted(monkeypatch):
+    monkeypatch.setattr(comms, "RENDEZVOUS_POLL", 0.05)
+    rank = _pair()[0]
+    threading.Timer(0.2, rank.abort, args=("replaced by new communicators",)).start()
+    start = time.monotonic()
+    with pytest.raises(comms.CommError, match="aborted \\(replaced by new communicators\\) before sort"):
+        with rank.turn("alone"):
+            pass
+    assert time.monotonic() - start < 5
+
+
+def test_a_rank_that_cannot_reach_the_scheduler_fails_and_aborts(monkeypatch):
+    def unreachable(*args, **kwargs):
+        raise OSError("connection closed")
+
+    monkeypatch.setattr(comms, "arrive", unreachable)
+    rank = _pair()[0]
+    with pytest.raises(comms.CommError, match="the scheduler did not answer"):
+        with rank.turn("t"):
+            pass
+    assert rank.broken  # its peers may hold the ticket: they must not wait for it
+
+
+def test_turns_from_a_restarted_scheduler_abort_the_communicator(monkeypatch):
+    ranks = _pair()
+    outcome: dict[tuple[int, str], str] = {}
+
+    def both(token: str) -> None:
+        def one(r: int) -> None:
+            try:
+                with ranks[r].turn(token):
+                    ranks[r].all_gather(np.array([r], np.uint8), [1, 1])
+                outcome[r, token] = "ran"
+            except comms.CommError as exc:
+                outcome[r, token] = str(exc)
+        threads = [threading.Thread(target=one, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+
+    both("first")
+    monkeypatch.setattr(comms, "_local_turns", comms.Turns())  # a new table: its tickets count from 0 again
+    both("second")
+    assert outcome[0, "first"] == outcome[1, "first"] == "ran"
+    assert all("scheduler restarted" in outcome[r, "second"] for r in range(2))
 
 
 def test_a_rank_that_leaves_the_rendezvous_is_waited_for_again():

@@ -175,6 +175,7 @@ class Collectives:
         self.broken: str | None = None
         self._order = threading.Condition()
         self._serving = 0  # the ticket whose sort runs now, or runs next, on this rank
+        self._epoch: str | None = None  # the scheduler's table of turns that numbers them
 
     # --- the turn of one sort ---
 
@@ -192,10 +193,20 @@ class Collectives:
         whose GPU memory they then share.
         """
         _leave_thread_pool()
-        ticket = self._rendezvous(token)
+        epoch, ticket = self._rendezvous(token)
         with self._order:
+            if self._epoch is None:
+                self._epoch = epoch
+            elif epoch != self._epoch:  # the scheduler's table of turns is new: its numbers are not ours
+                self.abort("the scheduler restarted")
+            last_check = time.monotonic()
             while self._serving < ticket and self.broken is None:
                 self._order.wait(0.05)
+                if time.monotonic() - last_check > LIVENESS_SECONDS:
+                    last_check = time.monotonic()
+                    why = _gone(self.workers)
+                    if why:
+                        self.abort(why)
         try:
             if self.broken is not None:
                 raise CommError(f"communicator {self.key!r} was aborted ({self.broken}); build the sort again")
@@ -205,18 +216,34 @@ class Collectives:
                 self._serving = max(self._serving, ticket + 1)
                 self._order.notify_all()
 
-    def _rendezvous(self, token: str) -> int:
-        """This sort's ticket, once every rank's task of it has started (asked of :func:`arrive`)."""
+    def _rendezvous(self, token: str) -> tuple[str, int]:
+        """This sort's ``(epoch, ticket)``, once every rank's task of it has started (asked of :func:`arrive`).
+
+        A rank that stops waiting (its sort cancelled, a peer gone, the
+        communicator aborted, the scheduler unreachable) takes its arrival
+        back; where it cannot, its peers may have the ticket already, so the
+        communicator is aborted: they fail within :data:`TIMEOUT` instead of
+        waiting for it, and the next sort makes new communicators.
+        """
         deadline = time.monotonic() + TURN_TIMEOUT
         while True:
-            ticket = arrive(self.key, token, self.rank, self.size, RENDEZVOUS_POLL)
-            if ticket is not None:
-                return ticket
-            why = _gone(self.workers) or ("" if time.monotonic() < deadline else f"no turn in {TURN_TIMEOUT:.0f} s")
+            try:
+                got = arrive(self.key, token, self.rank, self.size, RENDEZVOUS_POLL)
+            except Exception as exc:
+                got, why = None, f"the scheduler did not answer ({type(exc).__name__}: {exc})"
+            else:
+                if got is not None:
+                    return got
+                why = (f"aborted ({self.broken})" if self.broken is not None else _gone(self.workers)
+                       or ("" if time.monotonic() < deadline else f"no turn in {TURN_TIMEOUT:.0f} s"))
             if why:
-                ticket = arrive(self.key, token, self.rank, self.size, 0.0, leave=True)
-                if ticket is not None:  # every rank came after all: the sort runs, and its peers with it
-                    return ticket
+                try:
+                    got = arrive(self.key, token, self.rank, self.size, 0.0, leave=True)
+                except Exception:
+                    self.abort(why)
+                    got = None
+                if got is not None:  # every rank came after all: the sort runs, and its peers with it
+                    return got
                 raise CommError(f"communicator {self.key!r}: {why} before sort {token} began "
                                 f"(rank {self.rank} of {self.size})")
 
@@ -414,6 +441,7 @@ class Turns:
     """
 
     def __init__(self) -> None:
+        self.epoch = uuid.uuid4().hex  # names this table: a restarted scheduler's numbers start again
         self._lock = threading.Lock()
         self._arrived: dict[tuple[str, str], set[int]] = {}
         self._tickets: dict[tuple[str, str], tuple[int, set[int]]] = {}  # ticket, and the ranks that have it
@@ -453,8 +481,11 @@ class Turns:
 _local_turns = Turns()  # for ranks that run outside a worker (tests' threads)
 
 
-def arrive(key: str, token: str, rank: int, size: int, wait: float, leave: bool = False) -> int | None:
-    """:meth:`Turns.arrive` at the scheduler of this worker's cluster, waiting up to ``wait`` seconds for the ticket."""
+def arrive(key: str, token: str, rank: int, size: int, wait: float, leave: bool = False) -> tuple[str, int] | None:
+    """:meth:`Turns.arrive` at the scheduler of this worker's cluster, waiting up to ``wait`` seconds for the ticket.
+
+    Returns ``(epoch, ticket)``: the table's :attr:`Turns.epoch` and the ticket, or ``None``.
+    """
     from distributed import get_worker
     from distributed.utils import sync
 
@@ -464,11 +495,14 @@ def arrive(key: str, token: str, rank: int, size: int, wait: float, leave: bool 
         end = time.monotonic() + wait
         while True:
             ticket = _local_turns.arrive(key, token, rank, size, leave)
-            if ticket is not None or leave or time.monotonic() >= end:
-                return ticket
+            if ticket is not None:
+                return _local_turns.epoch, ticket
+            if leave or time.monotonic() >= end:
+                return None
             time.sleep(1e-3)
-    return sync(worker.loop, worker.scheduler.gpusort_turn, key=key, token=token, rank=rank, size=size, wait=wait,
-                leave=leave)
+    got = sync(worker.loop, worker.scheduler.gpusort_turn, key=key, token=token, rank=rank, size=size, wait=wait,
+               leave=leave)
+    return None if got is None else (got[0], int(got[1]))
 
 
 def _gone(workers: Sequence[str]) -> str:
@@ -510,7 +544,8 @@ def ensure(client: Any, timeout: float = 60.0) -> Group | None:
     ...     ensure(client) is None   # CPU workers: no NCCL, the sort exchanges through P2P
     True
     """
-    workers = tuple(sorted(client.scheduler_info(n_workers=-1)["workers"]))
+    info = client.scheduler_info(n_workers=-1)
+    workers = tuple(sorted(info["workers"]))
     if len(workers) < 2:
         return None
     # Replies travel as msgpack, where tuples become lists.
@@ -518,7 +553,7 @@ def ensure(client: Any, timeout: float = 60.0) -> Group | None:
     if len(held) == 1 and None not in held:
         key, group, kind = held.pop()
         if group == workers:
-            return register(client, Group(key, workers, kind))
+            return register(client, Group(key, workers, kind), info["id"])
     probed = client.run(_probe)
     buses = [bus for bus, _ in probed.values()]
     if None in buses or len(set(buses)) < len(buses):
@@ -531,7 +566,7 @@ def ensure(client: Any, timeout: float = 60.0) -> Group | None:
         warnings.warn(f"gpusort: NCCL communicators could not be made ({type(exc).__name__}: {exc}); "
                       "sorting through distributed's P2P exchange instead", RuntimeWarning, stacklevel=3)
         return None
-    return register(client, Group(key, workers))
+    return register(client, Group(key, workers), info["id"])
 
 
 def why_not(client: Any) -> str:
@@ -573,15 +608,17 @@ class PinnedTask(Task):
         return True
 
 
-_registered: set[str] = set()  # the schedulers that have a Placement, by address
+_registered: set[str] = set()  # the schedulers that have a Placement, by id (a restarted one has a new id)
 
 
-def register(client: Any, group: Group) -> Group:
-    """Have ``client``'s scheduler pin tasks and hand out turns (:class:`Placement`); ``group``, for chaining."""
-    address = client.scheduler.address
-    if address not in _registered:
+def register(client: Any, group: Group, scheduler_id: str) -> Group:
+    """Have ``client``'s scheduler (``scheduler_id``: its id) pin tasks and hand out turns (:class:`Placement`).
+
+    Returns ``group``, for chaining.
+    """
+    if scheduler_id not in _registered:
         client.run_on_scheduler(_register)
-        _registered.add(address)
+        _registered.add(scheduler_id)
     return group
 
 
@@ -600,7 +637,7 @@ class Placement(SchedulerPlugin):
     at once: the ranks learn their turn one round trip after it begins.
     """
 
-    name = "gpusort-ranks"
+    name = "gpusort-placement"
 
     def __init__(self) -> None:
         self.turns = Turns()
@@ -612,14 +649,17 @@ class Placement(SchedulerPlugin):
             if ts is not None and isinstance(ts.run_spec, PinnedTask):
                 scheduler.set_restrictions({key: ts.run_spec.worker})
 
-    async def turn(self, key: str, token: str, rank: int, size: int, wait: float, leave: bool = False) -> int | None:
+    async def turn(self, key: str, token: str, rank: int, size: int, wait: float, leave: bool = False
+                   ) -> tuple[str, int] | None:
         ticket = self.turns.arrive(key, token, rank, size, leave)
-        if ticket is not None or leave:
-            ready = self._ready.pop((key, token), None)
-            if ready is not None and ticket is not None:
-                ready.set()
-            return ticket
-        ready = self._ready.setdefault((key, token), asyncio.Event())
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(ready.wait(), wait)
-        return self.turns.arrive(key, token, rank, size)  # the ticket, or still waiting: the rank asks again
+        if ticket is None and not leave:
+            ready = self._ready.setdefault((key, token), asyncio.Event())
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(ready.wait(), wait)
+            ticket = self.turns.arrive(key, token, rank, size)  # the ticket, or still waiting: the rank asks again
+        if ticket is None:
+            return None
+        ready = self._ready.pop((key, token), None)
+        if ready is not None:  # the other ranks' calls that wait for it
+            ready.set()
+        return self.turns.epoch, ticket
