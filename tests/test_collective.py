@@ -19,7 +19,7 @@ from distributed import Client, LocalCluster, wait
 import gpusort
 import hostcomms
 from gpusort.engine import collective, comms
-from gpusort.keys import corank
+from gpusort.keys import corank, order
 from reference import assert_sorts_exact, make_keys, sorts_of
 
 
@@ -181,14 +181,19 @@ def test_place_keeps_chunks_where_they_are_within_a_share():
     assert collective.place(lengths, 8, [None] * 12, 3) == [0] * 4 + [1] * 4 + [2] * 4
 
 
+def _pair() -> list[hostcomms.HostComm]:
+    """Two ranks of a new host communicator, for threads outside a worker."""
+    key = uuid.uuid4().hex
+    table = hostcomms._Table()
+    return [hostcomms.HostComm(table, ("a", "b"), r, key) for r in range(2)]
+
+
 def test_a_sort_whose_rank_is_yet_to_come_does_not_hold_up_a_sort_that_is_ready(monkeypatch):
     """Rank 1 starts sort ``late`` only once sort ``ready`` has ended there (as a sort of another sort's
     output would): ``ready`` must run first on both ranks, though rank 0 asked for ``late`` first."""
     monkeypatch.setattr(comms, "TURN_TIMEOUT", 10.0)  # a deadlock fails the test instead of hanging it
     late, ready = "late", "ready"
-    table = hostcomms._Table()
-    key = uuid.uuid4().hex  # a communicator's own: its turns count from 0
-    ranks = [hostcomms.HostComm(table, ("a", "b"), r, key) for r in range(2)]
+    ranks = _pair()
     order: list[tuple[int, str]] = []
     ended = threading.Event()
 
@@ -214,10 +219,7 @@ def test_a_sort_whose_rank_is_yet_to_come_does_not_hold_up_a_sort_that_is_ready(
 
 def test_sorts_that_reach_the_ranks_in_different_orders_run_in_one_order():
     """Two ranks in threads, each in two sorts, started in opposite orders: both sorts run, in one order on both."""
-    table = hostcomms._Table()
-    workers = ("a", "b")
-    key = uuid.uuid4().hex
-    ranks = [hostcomms.HostComm(table, workers, r, key) for r in range(2)]
+    ranks = _pair()
     order: list[tuple[int, str]] = []
 
     def run(rank: int, tokens: list[str]) -> None:
@@ -245,9 +247,7 @@ def test_sorts_that_reach_the_ranks_in_different_orders_run_in_one_order():
 def test_no_collective_call_before_every_rank_of_the_sort_has_started():
     """A rank whose peer's task has not started yet posts nothing to the transport: on a GPU, an NCCL
     kernel spinning for that peer could block the work that the peer's input still needs."""
-    table = hostcomms._Table()
-    key = uuid.uuid4().hex
-    ranks = [hostcomms.HostComm(table, ("a", "b"), r, key) for r in range(2)]
+    ranks = _pair()
     started = threading.Event()
     early: list[int] = []
     gathered: dict[int, list[int]] = {}
@@ -276,14 +276,7 @@ def test_no_collective_call_before_every_rank_of_the_sort_has_started():
         hostcomms.HostComm._swap = swap
     assert gathered == {0: [0, 1], 1: [0, 1]}
     assert early == []
-    assert table.posts == {}  # both ranks gathered: nothing left behind
-
-
-def _pair() -> list[hostcomms.HostComm]:
-    """Two ranks of a new host communicator, for threads outside a worker."""
-    key = uuid.uuid4().hex
-    table = hostcomms._Table()
-    return [hostcomms.HostComm(table, ("a", "b"), r, key) for r in range(2)]
+    assert ranks[0].table.posts == {}  # both ranks gathered: nothing left behind
 
 
 def test_a_rank_waiting_for_its_peers_stops_once_its_communicator_is_aborted(monkeypatch):
@@ -342,3 +335,17 @@ def test_a_rank_that_leaves_the_rendezvous_is_waited_for_again():
     assert turns.arrive("k", "s", 0, 2) == 0 and turns.arrive("k", "s", 1, 2) == 0
     assert turns.arrive("k", "s2", 1, 2) is None and turns.arrive("k", "s2", 0, 2) == 1
     assert turns.arrive("k", "s2", 1, 2, leave=True) == 1  # too late to leave: its sort has begun
+
+
+def test_the_host_backend_finds_the_keys_beyond_a_pivot_as_the_gpu_pass_does():
+    """NumPy's ``beyond``: order keys above the pivot (complements above it, for the smallest), ``None`` past room."""
+    from gpusort.backends import numpy as numpy_backend
+
+    x = np.array([5, -3, 9, 0, 9, -7], np.int64)
+    okeys = order.encode(x, False, "exact")
+    pivot = okeys[0]
+    count, kept = numpy_backend.BACKEND.beyond([x[:3], x[3:]], pivot, False, 8)
+    assert count == 2 and sorted(kept.tolist()) == sorted(okeys[okeys > pivot].tolist())
+    count, kept = numpy_backend.BACKEND.beyond([x], ~okeys[1], True, 8)
+    assert count == 1 and kept.tolist() == okeys[x == -7].tolist()
+    assert numpy_backend.BACKEND.beyond([x], pivot, False, 1) == (2, None)

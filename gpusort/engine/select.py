@@ -95,8 +95,8 @@ def _above(okeys: Any, pivot: Any, k: int) -> tuple[int, Any]:
     ``k`` would queue that many atomics on one counter: a compare, a sum and
     a boolean index instead.
     """
-    if is_cupy(okeys) and k <= ATOMIC_KEYS:
-        return get_backend(backend_for(okeys)).beyond([okeys], pivot, False, ATOMIC_KEYS)  # integer order keys are their own
+    if is_cupy(okeys) and k <= ATOMIC_KEYS:  # integer order keys are their own: the pass encodes nothing
+        return get_backend(backend_for(okeys)).beyond([okeys], pivot, False, ATOMIC_KEYS)
     mask = okeys > pivot
     return int(mask.sum()), okeys[mask]
 

@@ -99,10 +99,11 @@ def sort_chunks_whole(backend: Any, dtype: np.dtype, descending: bool, scheme: o
     if isinstance(keys[0], np.ndarray):
         n = sum(len(k) for k in keys)
         run = sorter.sort_parts([np.ascontiguousarray(k, declared[0][2]) for k in keys],
-                    (offset, n) if offset is not None else None if values[0] is None
-                    else [np.ascontiguousarray(v, declared[0][3]) for v in values],
-                    lambda k: order.encode(k, descending, scheme), lambda k: order.decode(k, dtype, descending, scheme),
-                    order.encode_temporaries(dtype, descending, scheme))
+                                (offset, n) if offset is not None else None if values[0] is None
+                                else [np.ascontiguousarray(v, declared[0][3]) for v in values],
+                                lambda k: order.encode(k, descending, scheme),
+                                lambda k: order.decode(k, dtype, descending, scheme),
+                                order.encode_temporaries(dtype, descending, scheme))
         if run is not None:
             return run
     okeys, ovalues = sort_chunks(backend, descending, scheme, offset, declared, *chunks)
