@@ -95,4 +95,4 @@ def install(client: Any) -> comms.Group:
     key = uuid.uuid4().hex[:16]
     _tables[key] = _Table()
     client.run(_join, key, workers)
-    return comms.register(client, comms.Group(key, workers, HostComm.kind), info["id"])
+    return comms.register(client, comms.Group(key, workers, HostComm.kind))

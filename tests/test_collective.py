@@ -54,12 +54,22 @@ def test_sort_argsort_and_pairs_exact(client, rng, dtype, pattern):
     assert_sorts_exact(x, s, p, k, v, sd)
 
 
-def test_graph_is_a_task_per_worker_and_a_view_per_chunk(client):
+def test_graph_is_two_tasks_per_worker_and_a_view_per_chunk(client):
     x = da.random.default_rng(1).integers(0, 2**40, 200_000, chunks=1_000)
     y = gpusort.sort(x, chunks=2_000)
     counts = tasks_of(y)
-    assert counts["collective"] == 3 and counts["ranked"] == 3 and counts["sorted"] == 100
+    assert counts["launch"] == 3 and counts["collective"] == 3 and counts["sorted"] == 100
     assert y.chunks == ((2_000,) * 100,)
+    # Once the sort has ended nothing crosses workers: a view reads its own rank's block alone, on its worker.
+    graph = dict(y.__dask_graph__())
+    for key in y.__dask_keys__():
+        (dep,) = graph[key].dependencies
+        assert dep[0].startswith("collective-") and graph[dep].worker == graph[key].worker
+    # Every rank's collective task reads every rank's launch task: any part of the result starts them all.
+    collectives = [k for k in graph if k[0].startswith("collective-")]
+    for k in collectives:
+        assert sorted(d[1] for d in graph[k].dependencies) == [0, 1, 2]
+        assert all(d[0].startswith("launch-") for d in graph[k].dependencies)
 
 
 def test_output_chunks_stay_on_the_worker_that_merged_them(client):
@@ -99,6 +109,64 @@ def test_part_of_the_result_runs_every_rank(client):
     y = gpusort.sort(da.from_array(x, chunks=9_000), chunks=1_000)
     np.testing.assert_array_equal(y[:10].compute(), np.arange(10))
     np.testing.assert_array_equal(y[-5:].compute(), np.arange(89_995, 90_000))
+
+
+_GATE = threading.Event()  # module-level: the graph's functions are pickled, an Event is not
+
+
+def _held(block, block_info=None):
+    """Chunk 0 comes only when the gate opens: until then its rank cannot start."""
+    if block_info[0]["chunk-location"] == (0,):
+        _GATE.wait(60)
+    return block
+
+
+def test_ranks_of_a_sort_let_go_of_stop_waiting(client, monkeypatch):
+    """A rank whose peer's input never comes stops waiting once the graph lets go of the sort: no thread is left."""
+    monkeypatch.setattr(comms, "RENDEZVOUS_POLL", 0.1)
+    gate = _GATE
+    gate.clear()
+
+    def ranks() -> list:
+        return [t for t in threading.enumerate() if t.name.startswith("gpusort-rank-")]
+
+    x = da.from_array(np.arange(30_000)[::-1].copy(), chunks=10_000).map_blocks(_held, dtype=np.int64)
+    try:
+        future = client.compute(gpusort.sort(x))
+        deadline = time.monotonic() + 30
+        while not ranks() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ranks(), "no rank started"
+        del future  # the graph lets go of the sort
+        deadline = time.monotonic() + 30
+        while ranks() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not ranks(), "ranks still wait for a sort nobody wants"
+    finally:
+        gate.set()
+    np.testing.assert_array_equal(gpusort.sort(x).compute(), np.arange(30_000))  # the communicators are well
+
+
+def test_a_rank_whose_worker_left_fails_the_sort_instead_of_waiting_for_it(monkeypatch):
+    """A task pinned to a worker that left can run nowhere: the sort fails with a clear error, never hangs."""
+    monkeypatch.setattr(comms, "RENDEZVOUS_POLL", 0.1)
+    _GATE.clear()
+    x = da.from_array(np.arange(30_000)[::-1].copy(), chunks=10_000).map_blocks(_held, dtype=np.int64)
+    # Two threads a worker: the gate holds one, wherever the scheduler put chunk 0.
+    with LocalCluster(n_workers=3, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster:
+        with Client(cluster) as c, dask.config.set({"gpusort.exchange": "collective"}):
+            group = hostcomms.install(c)
+            future = c.compute(gpusort.sort(x))  # rank 0 sorts chunk 0, which waits at the gate
+            deadline = time.monotonic() + 30
+            while len([t for t in threading.enumerate() if t.name.startswith("gpusort-rank-")]) < 2:
+                assert time.monotonic() < deadline, "ranks 1 and 2 did not start"
+                time.sleep(0.01)
+            (gone,) = [w for w in cluster.workers.values() if w.address == group.workers[0]]
+            threading.Timer(0.5, _GATE.set).start()  # the input comes once rank 0's worker has gone
+            cluster.sync(gone.close)
+            with pytest.raises(Exception, match="left the cluster"):
+                future.result(timeout=30)
+    _GATE.set()
 
 
 def test_output_chunks_fewer_than_workers(client):
@@ -162,6 +230,26 @@ def test_a_failing_rank_fails_the_sort_everywhere(client):
 def test_communicators_of_the_cluster_are_found_again(client):
     group = comms.ensure(client)
     assert group is not None and group.kind == "host" and len(group.workers) == 3
+
+
+def _abort_here(key):
+    from distributed import get_worker
+
+    comms._registry[get_worker().address].abort("aborted by a test")
+
+
+def test_an_aborted_communicator_is_forgotten_by_the_scheduler():
+    """The scheduler answers ensure() alone while the communicators are well; a rank's abort makes it ask again."""
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+        with Client(cluster) as c:
+            group = hostcomms.install(c)
+            assert comms.ensure(c) == group
+            c.submit(_abort_here, group.key, workers=[group.workers[1]], pure=False).result()
+            deadline = time.monotonic() + 10
+            while c.run_on_scheduler(comms._known)["group"] is not None:
+                assert time.monotonic() < deadline, "the scheduler still holds the aborted communicators"
+                time.sleep(0.01)
+            assert comms.ensure(c) is None  # asked again: host workers have no NCCL to make new ones with
 
 
 @pytest.mark.parametrize("n, chunk, nranks", [(100, 10, 4), (10, 10, 3), (7, 1, 2), (1_000, 999, 4)])

@@ -113,7 +113,7 @@ def sort_once(client, args: argparse.Namespace, seed: int, check: bool) -> dict:
               + ", ".join(f"{phase} {seconds * 1e3:.1f}" for phase, seconds in phases.items()))
     verified = bool(gpusort.verify(x, y).ok) if check else None
     # Released, not cancelled: distributed's cancel asserts on a graph where
-    # a task is reached from several cancelled keys (every view reads every rank).
+    # a task is reached from several cancelled keys (every rank reads every rank's launch).
     del x, y
     _drained(client)
     return {"seconds": seconds, "gkeys": args.keys / seconds / 1e9, "phases": phases, "verified": verified}

@@ -27,21 +27,28 @@ that every one of them is well, so a rank that fails (out of memory, a
 chunk that is not what it declares) fails the sort on every rank at once
 instead of leaving the others waiting.
 
-The graph (:func:`rank_graph`) has ``W`` rank tasks, ``W`` tiny ``ranked-`` tasks
-and one view per output chunk.  Output chunk ``j`` is a view of its rank's
-block, and also reads every rank's ``ranked-`` task, so that computing any
-part of the result runs every rank: a rank alone would wait for the others.
+The graph (:func:`rank_graph`) has two tasks per rank and one view per
+output chunk.  Rank ``r``'s ``launch-`` task starts its part of the sort in a
+thread of its own and ends at once; its ``collective-`` task reads every
+rank's ``launch-`` task and waits for its own rank's sort to end; output
+chunk ``j`` is a view of its rank's block.  Computing any part of the result
+so starts every rank (a rank alone would wait for the others), and yet no
+chunk waits for another worker once the sort has ended: the cross-worker
+reads of the tiny ``launch-`` results happen while the ranks sort.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextvars
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import dask.array as da
 import numpy as np
-from dask._task_spec import TaskRef
+from dask._task_spec import List, TaskRef
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
@@ -95,15 +102,11 @@ class Plan:
 class Ranks:
     """A collective sort in a Dask graph: task ``(name, r)`` computes rank ``r``'s merged block.
 
-    ``blocks[r]`` are the output chunks cut from it; every output chunk also
-    waits for the tasks ``waits`` of layer ``ranked``, so that computing any
-    part of the result runs every rank.
+    ``blocks[r]`` are the output chunks cut from it, on worker ``r`` of the group.
     """
 
     graph: HighLevelGraph
     name: str
-    ranked: str
-    waits: list
     blocks: list[tuple[int, int]]
     value_dtype: np.dtype | None
 
@@ -132,21 +135,74 @@ def rank_graph(keys: da.Array, values: da.Array | None, *, descending: bool, bac
         value_dtype=np.dtype(np.int64) if positions else None if values is None else np.dtype(values.dtype),
         descending=bool(descending), on_gpu=is_cupy(keys._meta),
     )
-    # Rank r's task runs on worker r of the group: the scheduler pins it there (comms.Placement).
-    name, ranked = "collective-" + plan.token, "ranked-" + plan.token
-    dsk = {(name, r): comms.PinnedTask((name, r), sort_on_rank, plan, r,
-                                     *[None if x is None else TaskRef(x) for k in owned[r] for x in inputs[k]],
-                                     worker=group.workers[r])
-           for r in range(nranks)}
-    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[keys] if values is None else [keys, values])
-    graph = HighLevelGraph({**graph.layers, ranked: {(ranked, r): (_ranked, (name, r)) for r in range(nranks)}},
-                           {**graph.dependencies, ranked: {name}})
-    return Ranks(graph, name, ranked, [(ranked, r) for r in range(nranks)], blocks, plan.value_dtype)
+    # Both tasks of rank r run on worker r of the group: the scheduler pins them there (comms.Placement).
+    name, launched = "collective-" + plan.token, "launch-" + plan.token
+    starts = {(launched, r): comms.PinnedTask((launched, r), launch, plan, r,
+                                              *[None if x is None else TaskRef(x) for k in owned[r] for x in inputs[k]],
+                                              worker=group.workers[r])
+              for r in range(nranks)}
+    every = List(*(TaskRef((launched, r)) for r in range(nranks)))
+    dsk = {(name, r): comms.PinnedTask((name, r), collect, r, every, worker=group.workers[r]) for r in range(nranks)}
+    graph = HighLevelGraph.from_collections(launched, starts, dependencies=[keys] if values is None else [keys, values])
+    graph = HighLevelGraph({**graph.layers, name: dsk}, {**graph.dependencies, name: {launched}})
+    return Ranks(graph, name, blocks, plan.value_dtype)
 
 
-def _ranked(block: Pair) -> None:
-    """Nothing, once a rank's block exists: what every output chunk reads so that every rank runs."""
-    return None
+class Launched:
+    """A rank's sort under way in a thread of its worker (:func:`launch`); on other workers, an empty token.
+
+    Its peers' ``collective-`` tasks read it only so that they run after
+    every rank has started: the sort and its block never leave the worker.
+    """
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: concurrent.futures.Future | None = None):
+        self.future = future
+
+    def __reduce__(self) -> tuple:
+        return Launched, ()
+
+    def result(self) -> Pair:
+        """The rank's merged block, once its sort has ended (its error, where it failed)."""
+        if self.future is None:
+            raise comms.CommError("a rank's sort was read where it did not run (its start was moved off its "
+                                  "worker, or spilled); compute the sort again")
+        return self.future.result()
+
+
+def launch(plan: Plan, rank: int, *data: Any) -> Launched:
+    """Rank ``rank``'s ``launch-`` task: its part of the sort (:func:`sort_on_rank`) starts in a thread, and this task ends.
+
+    The thread acts for this task: it is this task's worker that the
+    sort's waits ask whether the task was cancelled (the graph let go of).
+    No pool thread waits for the peers, so sorts that wait for each other
+    cannot hold all of a worker's threads.
+    """
+    from distributed.worker import thread_state
+
+    key, context, future = thread_state.key, contextvars.copy_context(), concurrent.futures.Future()
+
+    def run() -> None:
+        thread_state.key = key
+        try:
+            future.set_result(sort_on_rank(plan, rank, *data))
+        except BaseException as exc:  # noqa: B036 -- the task that reads the future raises it
+            future.set_exception(exc)
+
+    threading.Thread(target=context.run, args=(run,), name=f"gpusort-rank-{rank}-{plan.token[:8]}",
+                     daemon=True).start()
+    return Launched(future)
+
+
+def collect(rank: int, started: Sequence[Launched]) -> Pair:
+    """Rank ``rank``'s ``collective-`` task: its merged block, once its sort has ended.
+
+    It runs once every rank's ``launch-`` task has, so it never waits for a
+    rank that has not started: its worker thread is held for the sort's
+    time, as by any task that computes.
+    """
+    return started[rank].result()
 
 
 def output_blocks(ranks: np.ndarray, nranks: int) -> list[tuple[int, int]]:

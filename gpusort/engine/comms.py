@@ -10,9 +10,11 @@ RAFT's comms serve cuML and cuGraph on Dask.
 
 Life of a communicator:
 
-* :func:`ensure`, on the client as a sort's graph is built: where every
-  worker already holds a healthy communicator over exactly the cluster's
-  workers, nothing happens (one round trip).  Otherwise it probes the
+* :func:`ensure`, on the client as a sort's graph is built: where the
+  scheduler knows the communicators it registered to be well over exactly
+  the cluster's workers (:class:`Placement`), nothing happens (one round
+  trip to the scheduler); else, where every worker holds a healthy one,
+  the scheduler learns them again (two more).  Otherwise it probes the
   workers (CuPy with NCCL, one distinct GPU each), asks one of them for an
   NCCL unique id, and has every worker join (:func:`_join`): NCCL's
   ``ncclCommInitRank`` in a thread of each worker, then one byte to every
@@ -99,6 +101,8 @@ def local(key: str) -> "Collectives":
 
     with _registry_lock:
         comm = _registry.get(get_worker().address)
+    if comm is None or comm.key != key or comm.broken:
+        _report_broken(key)  # so that the next sort's ensure() makes new communicators
     if comm is None or comm.key != key:
         raise CommError(
             f"this worker holds no communicator {key!r}: it joined the cluster after the sort was "
@@ -108,6 +112,25 @@ def local(key: str) -> "Collectives":
     if comm.broken:
         raise CommError(f"communicator {key!r} was aborted ({comm.broken}); build the sort again")
     return comm
+
+
+def _report_broken(key: str) -> None:
+    """Tell the scheduler (:class:`Placement`) that communicator ``key`` is no more; nothing outside a worker.
+
+    Sent, not awaited: an abort may happen on the worker's event loop.
+    """
+    from distributed import get_worker
+
+    try:
+        worker = get_worker()
+    except ValueError:
+        return
+
+    async def send() -> None:
+        with contextlib.suppress(Exception):  # no scheduler, or no plugin: the next ensure() asks the workers
+            await worker.scheduler.gpusort_broken(key=key)
+
+    worker.loop.add_callback(send)
 
 
 def install(address: str, comm: "Collectives") -> None:
@@ -183,16 +206,12 @@ class Collectives:
     def turn(self, token: str) -> Iterator["Collectives"]:
         """The communicator for sort ``token`` alone, once every rank's task of it has started.
 
-        The rank's task leaves its worker's thread pool first, for good: a
-        task that waits for its peers (whose inputs may still have to be
-        computed on this worker) or for other sorts to finish must not hold
-        one of the worker's threads, or a cluster whose threads all hold
-        waiting ranks deadlocks (dask-cuda's workers have one thread).  It
-        does not rejoin: a rank whose peers run its sort must not wait for a
-        thread there.  So the worker may run other tasks beside the sort,
-        whose GPU memory they then share.
+        A rank waits here for its peers and for the sorts before it, so it
+        runs outside its worker's thread pool (:func:`gpusort.engine.collective.launch`):
+        a pool thread that waited for peers whose inputs may still have to be
+        computed on this worker could deadlock a cluster whose threads all
+        wait (dask-cuda's workers have one thread).
         """
-        _leave_thread_pool()
         epoch, ticket = self._rendezvous(token)
         with self._order:
             if self._epoch is None:
@@ -304,6 +323,7 @@ class Collectives:
             self.broken = why
             with contextlib.suppress(Exception):
                 self._abort_transport()
+            _report_broken(self.key)
             with self._order:
                 self._order.notify_all()
 
@@ -345,11 +365,17 @@ class NcclComm(Collectives):
     def _gather(self, mine: np.ndarray, nbytes: Sequence[int], timeout: float) -> list[np.ndarray]:
         import cupy
 
+        # One buffer for every rank's bytes, one upload and one download: a copy each way costs
+        # a round trip over the host link, which W - 1 of them a gather would pay W - 1 times.
+        ends = np.concatenate(([0], np.cumsum(nbytes, dtype=np.int64))).tolist()
         with self.device:
-            sends = [[cupy.asarray(mine)] if p != self.rank else [] for p in range(self.size)]
-            recvs = [[cupy.empty(int(n), np.uint8)] if p != self.rank else [] for p, n in enumerate(nbytes)]
-            self._exchange(sends, recvs, timeout)
-            return [mine if p == self.rank else cupy.asnumpy(r[0]) for p, r in enumerate(recvs)]
+            buffer = cupy.empty(ends[-1], np.uint8)
+            part = [buffer[ends[p]:ends[p + 1]] for p in range(self.size)]
+            part[self.rank].set(np.ascontiguousarray(mine).view(np.uint8))
+            self._exchange([[] if p == self.rank else [part[self.rank]] for p in range(self.size)],
+                           [[] if p == self.rank else [part[p]] for p in range(self.size)], timeout)
+            host = buffer.get()
+        return [mine if p == self.rank else host[ends[p]:ends[p + 1]] for p in range(self.size)]
 
     def exchange(self, sends: Sequence[Sequence[Any]], recvs: Sequence[Sequence[Any]]) -> None:
         self._exchange(sends, recvs, TIMEOUT)
@@ -411,16 +437,6 @@ def _messages(a: Any) -> list[tuple[int, int, int]]:
     count = a.nbytes // width
     return [(a.data.ptr + i * width, min(MESSAGE_ELEMENTS, count - i), kinds[width])
             for i in range(0, count, MESSAGE_ELEMENTS)]
-
-
-def _leave_thread_pool() -> None:
-    """Run the rest of this task outside its worker's thread pool (nothing outside a worker's task)."""
-    from distributed import secede
-
-    try:
-        secede()
-    except ValueError:  # not in a worker's task: a test's thread
-        pass
 
 
 class Turns:
@@ -506,7 +522,7 @@ def arrive(key: str, token: str, rank: int, size: int, wait: float, leave: bool 
 
 
 def _gone(workers: Sequence[str]) -> str:
-    """Why a waiting rank should stop waiting, asked from a worker's task thread: "" while its peers may come.
+    """Why a waiting rank should stop waiting, asked from the thread of its task (or of its launch-): "" while its peers may come.
 
     A peer that left the cluster never comes; a task that the scheduler
     cancelled (its sort failed elsewhere, or the user let go of it) waits
@@ -520,8 +536,9 @@ def _gone(workers: Sequence[str]) -> str:
         worker = get_worker()
     except ValueError:  # not in a worker's task: the timeout still applies
         return ""
-    task = worker.state.tasks.get(getattr(thread_state, "key", None))
-    if task is not None and task.state in ("cancelled", "released", "forgotten"):
+    key = getattr(thread_state, "key", None)
+    task = None if key is None else worker.state.tasks.get(key)
+    if key is not None and (task is None or task.state in ("cancelled", "released", "forgotten")):
         return "the sort was cancelled"
     try:
         identity = sync(worker.loop, worker.scheduler.identity, n_workers=-1)
@@ -544,16 +561,19 @@ def ensure(client: Any, timeout: float = 60.0) -> Group | None:
     ...     ensure(client) is None   # CPU workers: no NCCL, the sort exchanges through P2P
     True
     """
-    info = client.scheduler_info(n_workers=-1)
-    workers = tuple(sorted(info["workers"]))
+    # One round trip while the scheduler knows the communicators well (Placement.group).
+    known = client.run_on_scheduler(_known)
+    workers = tuple(known["workers"])
     if len(workers) < 2:
         return None
+    if known["group"] is not None and tuple(known["group"][1]) == workers:
+        return Group(known["group"][0], workers, known["group"][2])
     # Replies travel as msgpack, where tuples become lists.
     held = {None if v is None else (v[0], tuple(v[1]), v[2]) for v in client.run(_state).values()}
     if len(held) == 1 and None not in held:
         key, group, kind = held.pop()
         if group == workers:
-            return register(client, Group(key, workers, kind), info["id"])
+            return register(client, Group(key, workers, kind))
     probed = client.run(_probe)
     buses = [bus for bus, _ in probed.values()]
     if None in buses or len(set(buses)) < len(buses):
@@ -566,7 +586,7 @@ def ensure(client: Any, timeout: float = 60.0) -> Group | None:
         warnings.warn(f"gpusort: NCCL communicators could not be made ({type(exc).__name__}: {exc}); "
                       "sorting through distributed's P2P exchange instead", RuntimeWarning, stacklevel=3)
         return None
-    return register(client, Group(key, workers), info["id"])
+    return register(client, Group(key, workers))
 
 
 def why_not(client: Any) -> str:
@@ -608,25 +628,29 @@ class PinnedTask(Task):
         return True
 
 
-_registered: set[str] = set()  # the schedulers that have a Placement, by id (a restarted one has a new id)
-
-
-def register(client: Any, group: Group, scheduler_id: str) -> Group:
-    """Have ``client``'s scheduler (``scheduler_id``: its id) pin tasks and hand out turns (:class:`Placement`).
+def register(client: Any, group: Group) -> Group:
+    """Have ``client``'s scheduler pin tasks, hand out turns and know ``group`` (:class:`Placement`).
 
     Returns ``group``, for chaining.
     """
-    if scheduler_id not in _registered:
-        client.run_on_scheduler(_register)
-        _registered.add(scheduler_id)
+    client.run_on_scheduler(_register, group.key, list(group.workers), group.kind)
     return group
 
 
-def _register(dask_scheduler: Any = None) -> None:
-    if Placement.name not in dask_scheduler.plugins:
-        plugin = Placement()
+def _register(key: str, workers: list[str], kind: str, dask_scheduler: Any = None) -> None:
+    plugin = dask_scheduler.plugins.get(Placement.name)
+    if plugin is None:
+        plugin = Placement(dask_scheduler)
         dask_scheduler.add_plugin(plugin, name=Placement.name)
         dask_scheduler.handlers["gpusort_turn"] = plugin.turn
+        dask_scheduler.handlers["gpusort_broken"] = plugin.broken
+    plugin.group = (key, tuple(workers), kind)
+
+
+def _known(dask_scheduler: Any = None) -> dict:
+    """The scheduler's workers, sorted, and the communicators it knows to be well over them (or ``None``)."""
+    plugin = dask_scheduler.plugins.get(Placement.name)
+    return {"workers": sorted(dask_scheduler.workers), "group": None if plugin is None else plugin.group}
 
 
 class Placement(SchedulerPlugin):
@@ -635,13 +659,56 @@ class Placement(SchedulerPlugin):
     ``gpusort_turn`` (a scheduler handler) is :meth:`Turns.arrive`, waiting
     up to ``wait`` seconds for the last rank instead of returning ``None``
     at once: the ranks learn their turn one round trip after it begins.
+
+    A pinned task whose worker has left the cluster can run nowhere (a
+    rank's communicator and block were that worker's), and the scheduler
+    would keep it waiting for that worker for ever: it fails instead, as
+    it becomes unrunnable, and the sort with it.
+
+    ``group`` is ``(key, workers, kind)`` of the communicators the client
+    registered last, while they are well: a worker that joins or leaves,
+    or a rank that aborts its communicator (``gpusort_broken``), forgets
+    them, and the next :func:`ensure` asks the workers again.
     """
 
     name = "gpusort-placement"
 
-    def __init__(self) -> None:
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self.group: tuple[str, tuple[str, ...], str] | None = None
         self.turns = Turns()
         self._ready: dict[tuple[str, str], asyncio.Event] = {}
+
+    def add_worker(self, scheduler: Any, worker: str) -> None:
+        self.group = None
+
+    def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+        self.group = None
+
+    async def broken(self, key: str) -> None:
+        if self.group is not None and self.group[0] == key:
+            self.group = None
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        if finish == "no-worker":
+            ts = self.scheduler.tasks.get(key)
+            if ts is not None and isinstance(ts.run_spec, PinnedTask) and ts.run_spec.worker not in self.scheduler.workers:
+                # Not from inside this transition: the scheduler is between states.
+                self.scheduler.loop.add_callback(self._fail_orphan, key, ts.run_spec.worker)
+
+    def _fail_orphan(self, key: Any, worker: str) -> None:
+        """Fail pinned task ``key`` of worker ``worker``, which left: as distributed fails a task no worker can run."""
+        from distributed.protocol.pickle import dumps
+
+        ts = self.scheduler.tasks.get(key)
+        if ts is None or ts.state != "no-worker":
+            return
+        stimulus_id = f"gpusort-worker-left-{time.time()}"
+        error = CommError(f"worker {worker} left the cluster while task {key!r} of a collective sort was pinned "
+                          "there; compute the sort again (gpusort makes new communicators)")
+        recommendations = self.scheduler.transition(key, "erred", exception=dumps(error), cause=key,
+                                                    stimulus_id=stimulus_id)
+        self.scheduler.transitions(recommendations, stimulus_id=stimulus_id)
 
     def update_graph(self, scheduler: Any, *, tasks: Any = (), **kwargs: Any) -> None:
         for key in tasks:

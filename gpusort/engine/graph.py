@@ -45,7 +45,7 @@ import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
 from dask.base import tokenize
-from dask._task_spec import DataNode, List, Task, TaskRef
+from dask._task_spec import DataNode, Task, TaskRef
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from gpusort.arrays import is_cupy
@@ -125,16 +125,13 @@ def extend(graph: HighLevelGraph, name: str, dsk: dict, *deps: str) -> HighLevel
 
 
 def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[int, int]] | None = None,
-           decoded: tuple | None = None, after: tuple[str, list] | None = None,
-           workers: Sequence[str] | None = None) -> da.Array:
+           decoded: tuple | None = None, workers: Sequence[str] | None = None) -> da.Array:
     """Field ``field`` of the pairs that tasks ``(name, b)`` compute, as an array.
 
     With ``blocks`` (chunk ranges ``[a, b)``, one per task), task ``b``
     computes several consecutive chunks and chunk ``i`` is a view of it;
     ``decoded`` (:func:`gpusort.keys.order.decode`'s arguments after the keys)
-    decodes each chunk from order keys as it is cut.  ``after`` (a layer
-    name and keys of it) are tasks every chunk waits for, unread.
-    ``workers[b]``: the worker that computes task ``b``, where its views
+    decodes each chunk from order keys as it is cut.  ``workers[b]``: the worker that computes task ``b``, where its views
     are pinned (:class:`gpusort.engine.comms.PinnedTask`).
     """
     out = f"{label}-{tokenize(name, field, decoded, chunks, blocks)}"
@@ -145,19 +142,17 @@ def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[in
         dsk = {(out, i): Task((out, i), operator.getitem, TaskRef((name, i)), field) for i in range(len(chunks[0]))}
     else:
         starts = np.concatenate(([0], np.cumsum(chunks[0]))).tolist()
-        waits = () if after is None else (List(*(TaskRef(k) for k in after[1])),)
         def view(t: int, i: int, a: int) -> Task:
-            args = (_cut, TaskRef((name, t)), field, starts[i] - starts[a], starts[i + 1] - starts[a], decoded, *waits)
+            args = (_cut, TaskRef((name, t)), field, starts[i] - starts[a], starts[i + 1] - starts[a], decoded)
             if workers is None:
                 return Task((out, i), *args)
             return comms.PinnedTask((out, i), *args, worker=workers[t])
 
         dsk = {(out, i): view(t, i, a) for t, (a, b) in enumerate(blocks) for i in range(a, b)}
-    deps = (name,) if after is None else (name, after[0])
-    return da.Array(extend(graph, out, dsk, *deps), out, chunks, meta=meta_from_array(meta, ndim=1, dtype=dtype))
+    return da.Array(extend(graph, out, dsk, name), out, chunks, meta=meta_from_array(meta, ndim=1, dtype=dtype))
 
 
-def _cut(pair: Pair, field: int, start: int, stop: int, decoded: tuple | None = None, after: Any = None) -> Any:
+def _cut(pair: Pair, field: int, start: int, stop: int, decoded: tuple | None = None) -> Any:
     part = pair[field][start:stop]
     return part if decoded is None else order.decode(part, *decoded)
 
@@ -493,13 +488,11 @@ def _sort_on_ranks(keys: da.Array, values: da.Array | None, *, descending: bool,
                                keys_returned=keys_returned, group=group, client=_client(),
                                declared=declared_chunks(keys, values, 0, nchunks),
                                inputs=[chunk_inputs(keys, values, k, k + 1) for k in range(nchunks)])
-    after = (on.ranked, on.waits)
-    out = _field(on.graph, on.name, 0, "sorted", sizes, keys._meta, keys.dtype, on.blocks, after=after,
-                 workers=group.workers)
+    out = _field(on.graph, on.name, 0, "sorted", sizes, keys._meta, keys.dtype, on.blocks, workers=group.workers)
     if on.value_dtype is None:
         return out, None
     return out, _field(on.graph, on.name, 1, "sorted-values", sizes, keys._meta, on.value_dtype, on.blocks,
-                       after=after, workers=group.workers)
+                       workers=group.workers)
 
 
 #: The sort footprint the graph assumes any default GPU memory budget holds
@@ -599,8 +592,9 @@ def merge_sorted_runs(
     Returns the sorted keys (decoded to ``key_dtype``) and the values in the
     same order (``None`` for keys only), in chunks of ``chunk`` elements, the
     last one the remainder, or in the chunk sizes ``chunk`` lists.  Small
-    chunks are merged in blocks (:func:`task_groups`); ``dask.config``
-    ``gpusort.task-bytes: 0`` merges every chunk in a task of its own.  One
+    host chunks are merged in blocks (:func:`task_groups`), GPU chunks in
+    one task (:func:`run_bytes`); ``dask.config`` ``gpusort.task-bytes: 0``
+    merges every chunk in a task of its own.  One
     run needs no splitters and no merge: every output chunk is cut from it
     and decoded.
     """
@@ -619,7 +613,9 @@ def merge_sorted_runs(
         if runs.value_dtype is None:
             return keys, None
         return keys, _field(runs.graph, runs.name, 1, "sorted-values", chunks, runs.meta, runs.value_dtype, blocks)
-    blocks = task_groups(sizes, element, task_bytes(n * element, is_cupy(runs.meta)))
+    # Runs in one process's GPU memory merge in one task, as they were sorted in one
+    # (:func:`run_bytes`): the GPU merges them at its full rate, and no splitters are needed.
+    blocks = task_groups(sizes, element, run_bytes(n * element, is_cupy(runs.meta)))
     # Merges split the runs only at block edges; inside a block its chunks are
     # consecutive ranks of one merged array.
     edges = ranks[[a for a, _ in blocks] + [blocks[-1][1]]]

@@ -167,7 +167,7 @@ def task_costs(client: Any, start: float) -> dict[str, dict[str, float]]:
     # An exchange's phases are no tasks of their own: each worker timed them.
     for worker_seconds in client.run(recorded_phases, start).values():
         for phase, seconds in worker_seconds.items():
-            costs[phase]["seconds"] += seconds
+            costs.setdefault(phase, {"tasks": 0, "seconds": 0.0, "bytes": 0})["seconds"] += seconds
     return {phase: entry for phase, entry in costs.items() if entry["tasks"] or entry["seconds"]}
 
 
