@@ -16,7 +16,12 @@ def is_cupy(x: Any) -> bool:
 
 def namespace(x: Any) -> Any:
     """The array module of ``x``: ``cupy`` for CuPy arrays, else ``numpy``."""
-    if is_cupy(x):
+    return module(is_cupy(x))
+
+
+def module(gpu: bool) -> Any:
+    """The array module of GPU memory (``cupy``) or of host memory (``numpy``)."""
+    if gpu:
         import cupy
 
         return cupy
@@ -28,6 +33,11 @@ def namespace(x: Any) -> Any:
 def to_numpy(x: Any) -> Any:
     """``x`` in host memory; the splitter math runs there on a few keys."""
     return x.get() if is_cupy(x) else x
+
+
+def in_memory(x: Any, gpu: bool) -> Any:
+    """``x`` in GPU memory (``gpu``) or in host memory, copied only where it is not there yet."""
+    return module(True).asarray(x) if gpu else to_numpy(x)
 
 
 def in_order(a: Any, b: Any) -> bool:

@@ -265,18 +265,19 @@ def _directory(text: str) -> Path:
 
 
 def _run_sort(args: argparse.Namespace) -> int:
-    from gpusort.zarr_io import _prepare, sort_zarr
+    from gpusort.zarr_io import prepare_sort
 
     _checked(runtime.resolve, args.cluster)  # a misspelt --cluster fails before any work
     backend = args.backend or runtime.default_backend()
-    kwargs = {"chunks": args.chunk_size, "descending": args.descending, "backend": backend,
-              "argsort_dst": args.argsort_dst, "overwrite": args.overwrite,
-              "gpu_memory_budget": args.gpu_memory_budget, "temp_dir": args.temp_dir, "runs": args.runs}
-    x, *_ = _checked(_prepare, args.src, args.dst, **kwargs)  # fail before a cluster starts
+    job = _checked(prepare_sort, args.src, args.dst, chunks=args.chunk_size, descending=args.descending,
+                   backend=backend, argsort_dst=args.argsort_dst, overwrite=args.overwrite,
+                   gpu_memory_budget=args.gpu_memory_budget, temp_dir=args.temp_dir,
+                   runs=args.runs)  # every check before a cluster starts, and once
     with _cluster(args), runtime.progress():
         start = time.perf_counter()
-        sort_zarr(args.src, args.dst, progress=not args.quiet, **kwargs)
+        job.run(progress=not args.quiet)
         seconds = time.perf_counter() - start
+    x = job.keys
     n = x.shape[0]
     print(f"sorted {n} {x.dtype} keys ({backend} backend) from {args.src} into {args.dst}"
           f"{' and ' + args.argsort_dst if args.argsort_dst else ''} in {seconds:.2f} s "
@@ -355,14 +356,11 @@ def _run_compile(args: argparse.Namespace) -> int:
     names, why = runtime.gpus()
     if not names:
         raise UserError(f"compile needs CuPy and a CUDA GPU, and here {why}")
-    import cupy
-
     from gpusort.cuda import build
 
     for device in range(len(names)):
         start = time.perf_counter()
-        with cupy.cuda.Device(device):
-            modules = build.precompile(args.threads)
+        modules = build.precompile(args.threads, device)
         print(f"GPU {device} ({names[device]}): {modules} kernel modules in {time.perf_counter() - start:.1f} s")
     return 0
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -188,41 +189,63 @@ def sort_zarr(
     ...     print(zarr.open_array(os.path.join(d, "sorted.zarr"))[:], zarr.open_array(os.path.join(d, "order.zarr"))[:])
     [0 1 2 3 4 5] [5 2 4 1 3 0]
     """
-    x, dests, backend, chunk, temp = _prepare(
-        src, dst, chunks=chunks, descending=descending, backend=backend, argsort_dst=argsort_dst,
-        overwrite=overwrite, gpu_memory_budget=gpu_memory_budget, temp_dir=temp_dir, runs=runs)
-    descending, positions = bool(descending), "argsort_dst" in dests
-    in_memory = runs_in_memory(x.nbytes + (8 * x.shape[0] if positions else 0), runs, temp)
+    prepare_sort(src, dst, chunks=chunks, descending=descending, backend=backend, argsort_dst=argsort_dst,
+                 overwrite=overwrite, gpu_memory_budget=gpu_memory_budget, temp_dir=temp_dir,
+                 runs=runs).run(progress=progress, stacklevel=3)
 
-    with contextlib.ExitStack() as stack:
-        # One work directory beside each destination: the finished array
-        # moves into place by a rename within one file system.
-        work = {name: stack.enter_context(_work_dir(path.parent, path.name)) for name, path in dests.items()}
-        guards = tuple(os.fspath(work[name]) for name in dests)
-        staged = {name: work[name] / "out.zarr" for name in dests}
-        outputs = [_create(staged["dst"], x.shape[0], x.dtype, chunk)]
-        if positions:
-            outputs.append(_create(staged["argsort_dst"], x.shape[0], np.int64, chunk))
-        if in_memory:
-            _sort_into(x, outputs, guards, chunk=chunk, descending=descending, backend=backend, progress=progress)
-        else:
-            scratch = work["dst"] if temp is None else stack.enter_context(_work_dir(temp, dests["dst"].name))
-            ranks = corank.output_ranks(x.shape[0], chunk)
-            g = corank.sample_stride(x.shape[0], x.numblocks[0], len(ranks) - 2)
-            sorted_runs = form_runs(x, None, descending=descending, backend=backend, positions=positions,
-                                    batch=False)  # one run per chunk: a file of the runs' store each
-            stored, samples = _store_runs(sorted_runs, scratch, g, progress=progress)
-            _merge_runs_into(stored, samples, g, ranks, outputs, guards, key_dtype=x.dtype, descending=descending,
-                             backend=backend, progress=progress)
-        cleanup = stack.pop_all()
-    # The destinations are complete: moving them into place and removing the
-    # work directories finish even if interrupted, and an interrupt from here
-    # on no longer turns the finished sort into a failure.
-    with _interrupts_deferred(redeliver=False) as arrived, cleanup:
-        _move_all_into_place(staged, dests, work)
-    if arrived:
-        warnings.warn(f"sort_zarr: interrupted after {dst} was complete and in place; the sort succeeded",
-                      RuntimeWarning, stacklevel=2)
+
+@dataclasses.dataclass(frozen=True)
+class ZarrSort:
+    """A :func:`sort_zarr` whose arguments are checked and whose source is open (:func:`prepare_sort`): :meth:`run` sorts.
+
+    What a caller that must fail before it starts a cluster (the command
+    line) holds between the checks and the sort: each check runs once, and
+    the source is opened once.
+    """
+
+    keys: da.Array
+    dests: dict[str, Path]
+    backend: Any
+    chunk: int
+    temp_dir: Path | None
+    runs: str
+    descending: bool
+
+    def run(self, *, progress: bool = False, stacklevel: int = 2) -> None:
+        """Sort into the destinations, on the active client or Dask's current scheduler (as :func:`sort_zarr`)."""
+        x, dests, backend, chunk, temp = self.keys, self.dests, self.backend, self.chunk, self.temp_dir
+        descending, positions = self.descending, "argsort_dst" in dests
+        in_memory = runs_in_memory(x.nbytes + (8 * x.shape[0] if positions else 0), self.runs, temp)
+
+        with contextlib.ExitStack() as stack:
+            # One work directory beside each destination: the finished array
+            # moves into place by a rename within one file system.
+            work = {name: stack.enter_context(_work_dir(path.parent, path.name)) for name, path in dests.items()}
+            guards = tuple(os.fspath(work[name]) for name in dests)
+            staged = {name: work[name] / "out.zarr" for name in dests}
+            outputs = [_create(staged["dst"], x.shape[0], x.dtype, chunk)]
+            if positions:
+                outputs.append(_create(staged["argsort_dst"], x.shape[0], np.int64, chunk))
+            if in_memory:
+                _sort_into(x, outputs, guards, chunk=chunk, descending=descending, backend=backend, progress=progress)
+            else:
+                scratch = work["dst"] if temp is None else stack.enter_context(_work_dir(temp, dests["dst"].name))
+                ranks = corank.output_ranks(x.shape[0], chunk)
+                g = corank.sample_stride(x.shape[0], x.numblocks[0], len(ranks) - 2)
+                sorted_runs = form_runs(x, None, descending=descending, backend=backend, positions=positions,
+                                        batch=False)  # one run per chunk: a file of the runs' store each
+                stored, samples = _store_runs(sorted_runs, scratch, g, progress=progress)
+                _merge_runs_into(stored, samples, g, ranks, outputs, guards, key_dtype=x.dtype, descending=descending,
+                                 backend=backend, progress=progress)
+            cleanup = stack.pop_all()
+        # The destinations are complete: moving them into place and removing the
+        # work directories finish even if interrupted, and an interrupt from here
+        # on no longer turns the finished sort into a failure.
+        with _interrupts_deferred(redeliver=False) as arrived, cleanup:
+            _move_all_into_place(staged, dests, work)
+        if arrived:
+            warnings.warn(f"sort_zarr: interrupted after {dests['dst']} was complete and in place; the sort "
+                          "succeeded", RuntimeWarning, stacklevel=stacklevel)
 
 
 def runs_in_memory(nbytes: int, runs: str = "auto", temp_dir: PathLike | None = None) -> bool:
@@ -424,11 +447,10 @@ def _merge_chunk(store: _RunStore, splits: np.ndarray, j: int, start: int, outpu
             _write(outputs[1], slice(start, start + len(keys)), to_numpy(values))
 
 
-def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str | None,
-             argsort_dst: Any, overwrite: bool, gpu_memory_budget: int | str | None = None,
-             temp_dir: Any = None, runs: str = "auto"
-             ) -> tuple[da.Array, dict[str, Path], str | BackendSpec, int, Path | None]:
-    """Check :func:`sort_zarr`'s arguments before any work: (keys, destinations, backend, chunk, temp_dir)."""
+def prepare_sort(src: Any, dst: Any, *, chunks: Any = None, descending: Any = False, backend: str | None = None,
+                 argsort_dst: Any = None, overwrite: bool = False, gpu_memory_budget: int | str | None = None,
+                 temp_dir: Any = None, runs: str = "auto") -> ZarrSort:
+    """:func:`sort_zarr`'s arguments checked, and ``src`` opened, before any work: the sort to :meth:`~ZarrSort.run`."""
     x = as_dask_array(src, "src")
     order.check_key_dtype(x.dtype, "src")
     options = SortOptions.of(descending, chunks, backend, gpu_memory_budget)
@@ -451,7 +473,8 @@ def _prepare(src: Any, dst: Any, *, chunks: Any, descending: Any, backend: str |
             raise FileNotFoundError(
                 f"temp_dir: {temp_dir} is not an existing directory; create it first, "
                 "or leave temp_dir out to keep the runs beside dst")
-    return x, dests, options.spec(x._meta), options.chunk(x.shape[0], x.numblocks[0]), temp_dir
+    return ZarrSort(x, dests, options.spec(x._meta), options.chunk(x.shape[0], x.numblocks[0]), temp_dir, runs,
+                    bool(options.descending))
 
 
 def as_dask_array(a: Any, argname: str) -> da.Array:

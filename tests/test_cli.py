@@ -238,9 +238,19 @@ def test_ctrl_c_is_one_line_and_exit_130(keys, capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("gpusort.zarr_io.sort_zarr", interrupted)
+    monkeypatch.setattr("gpusort.zarr_io.ZarrSort.run", interrupted)
     code, out, err = run(capsys, "sort", "keys.zarr", "sorted.zarr", "--cluster", "threads")
     assert (code, out, err) == (130, "", "gpusort sort: interrupted\n")
+
+
+def test_sort_checks_and_opens_its_source_once(keys, capsys, monkeypatch):
+    import gpusort.zarr_io as zarr_io
+
+    opened = []
+    real = zarr_io.as_dask_array
+    monkeypatch.setattr(zarr_io, "as_dask_array", lambda *a, **k: opened.append(a[0]) or real(*a, **k))
+    code, _, _ = run(capsys, "sort", "keys.zarr", "sorted.zarr", "--cluster", "threads")
+    assert code == 0 and opened == ["keys.zarr"]
 
 
 def test_python_dash_m_gpusort():

@@ -393,8 +393,8 @@ def fused_kernel(in_params: str, out_params: str, operation: str, name: str) -> 
                                   options=(f"--include-path={kernels_dir()}",))
 
 
-def precompile(threads: int | None = None) -> int:
-    """Compile every kernel module for the current device, in parallel, into CuPy's on-disk cache.
+def precompile(threads: int | None = None, device: int | None = None) -> int:
+    """Compile every kernel module for ``device`` (default: the current one), in parallel, into CuPy's on-disk cache.
 
     A process that finds a module in the cache loads it in milliseconds;
     one that does not compiles it when a call first needs it (a second or
@@ -409,7 +409,7 @@ def precompile(threads: int | None = None) -> int:
     """
     import cupy
 
-    device = cupy.cuda.Device().id
+    device = cupy.cuda.Device().id if device is None else device
     jobs: list[tuple[Callable, tuple]] = [(_load, (device, key, vs, d)) for key in KEY_TYPES
                                           for vs in VALUE_TYPES for d in ORDERS]
     jobs += [(_load_packing, (device, key, d)) for key in filter(packs, KEY_TYPES) for d in ORDERS]

@@ -52,7 +52,7 @@ from dask._task_spec import List, TaskRef
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort.arrays import copy_into, is_cupy, synchronize
+from gpusort.arrays import copy_into, is_cupy, module, synchronize
 from gpusort.backends import Pair
 from gpusort.engine import comms, exchange, tasks
 from gpusort.keys import corank, order
@@ -388,10 +388,7 @@ def _form_runs(plan: Plan, rank: int, runs: list[list[int]], data: Sequence[Any]
 
 def _buffers(plan: Plan, runs: list[Pair], sizes: np.ndarray, okey: np.dtype) -> tuple[Any, Any, list[int], np.ndarray]:
     """This rank's receive buffers for keys and values (``None``: keys only), each run's offset and size in them."""
-    if plan.on_gpu:
-        import cupy as xp
-    else:
-        xp = np
+    xp = module(plan.on_gpu)
     n = int(sizes.sum())
     offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64).tolist()
     values = None if plan.value_dtype is None else xp.empty(n, plan.value_dtype)

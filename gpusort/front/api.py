@@ -11,7 +11,7 @@ import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
 
-from gpusort.arrays import is_cupy, namespace, to_numpy
+from gpusort.arrays import in_memory, is_cupy, namespace
 from gpusort.backends import BACKENDS, BackendSpec, backend_for, backend_spec
 from gpusort.engine import graph, multikey
 from gpusort.keys import order
@@ -344,18 +344,9 @@ def searchsorted(sorted_x: Any, v: Any, side: str = "left", sorter: Any = None) 
     _check_known_chunks(needles, "v")
     if is_cupy(x._meta) != is_cupy(needles._meta):
         # Every chunk is searched where it lives: the needles go there, once.
-        needles = needles.map_blocks(_memory_of, is_cupy(x._meta), dtype=needles.dtype,
+        needles = needles.map_blocks(in_memory, is_cupy(x._meta), dtype=needles.dtype,
                                      meta=meta_from_array(x._meta, ndim=needles.ndim, dtype=needles.dtype))
     return search.searchsorted(x, needles, side)
-
-
-def _memory_of(block: Any, on_gpu: bool) -> Any:
-    """``block`` in GPU memory, or in host memory."""
-    if on_gpu:
-        import cupy
-
-        return cupy.asarray(block)
-    return to_numpy(block)
 
 
 def unique(
