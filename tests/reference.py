@@ -321,12 +321,16 @@ def assert_same_keys_along(got: np.ndarray, want: np.ndarray, axis: int, bits: s
     assert_same_keys(got, want, bits, axis)
 
 
-def sorts_of(x_dask, values_dask, chunk: int) -> tuple:
-    """The four sorts a backend's exactness tests compare (:func:`assert_sorts_exact`), as Dask arrays."""
+def sorts_of(x_dask, values_dask, chunk: int, **options) -> tuple:
+    """The four sorts a backend's exactness tests compare (:func:`assert_sorts_exact`), as Dask arrays.
+
+    ``options`` (``backend=``, ...) go to every sort.
+    """
     import gpusort
 
-    return (gpusort.sort(x_dask, chunks=chunk), gpusort.argsort(x_dask),
-            gpusort.sort_by_key(x_dask, values_dask, descending=True), gpusort.sort(x_dask, descending=True))
+    return (gpusort.sort(x_dask, chunks=chunk, **options), gpusort.argsort(x_dask, **options),
+            gpusort.sort_by_key(x_dask, values_dask, descending=True, **options),
+            gpusort.sort(x_dask, descending=True, **options))
 
 
 def assert_sorts_exact(x: np.ndarray, s, p, k, v, sd) -> None:

@@ -56,6 +56,28 @@ def test_sort_argsort_and_pairs_exact_across_gpus(client, rng, dtype, pattern):
     assert_sorts_exact(x, *(cupy.asnumpy(a) for a in (s, p, k, v, sd)))
 
 
+@pytest.mark.parametrize("dtype, pattern", PATTERNS[:4], ids=[f"{d}-{p}" for d, p in PATTERNS[:4]])
+def test_host_chunks_go_up_once_and_sort_across_gpus(client, rng, dtype, pattern):
+    """Host chunks with backend="cupy" whose shares fit the GPUs: the collective path, NumPy chunks out, exact."""
+    x = make_keys(rng, dtype, 1_000_003, pattern)
+    chunks = (300_000, 0, 1, 200_000, 500_002)
+    keys = da.from_array(x, chunks=(chunks,))
+    values = da.from_array(np.arange(x.size, dtype=np.int32), chunks=(chunks,))
+    graphs = sorts_of(keys, values, 250_000, backend="cupy")
+    assert collective_tasks(graphs[0]) == len(client.scheduler_info()["workers"])
+    s, p, (k, v), sd = dask.compute(*graphs)
+    assert all(type(r) is np.ndarray for r in (s, p, k, v, sd)), "host chunks in, host chunks out"
+    assert_sorts_exact(x, s, p, k, v, sd)
+
+
+def test_p2p_asked_for_is_p2p(client):
+    x = np.random.default_rng(11).permutation(2**18).astype(np.int64)
+    with dask.config.set({"gpusort.exchange": "p2p"}):
+        y = gpusort.sort(on_gpu(x, 2**15))
+    assert collective_tasks(y) == 0
+    np.testing.assert_array_equal(cupy.asnumpy(y.compute()), np.arange(2**18))
+
+
 def test_persisted_chunks_sort_in_place_five_times(client):
     """Fresh persisted keys, sorted five times in a row: exact each time, one communicator throughout."""
     keys = []

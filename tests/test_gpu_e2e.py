@@ -431,7 +431,8 @@ def test_two_gpus_exact_with_both_chunk_types(protocol):
                             .persist(workers=[w]) for i, w in enumerate(workers)])
         wait(x)
         xs = x.compute()
-        y = gpusort.sort(x, backend="cupy", gpu_memory_budget="256MiB").persist()
+        with dask.config.set({"gpusort.exchange": "p2p"}):  # host chunks out of core, not up to the GPUs at once
+            y = gpusort.sort(x, backend="cupy", gpu_memory_budget="256MiB").persist()
         yc = gpusort.sort(x.map_blocks(cupy.asarray)).persist()
         wait([y, yc])
         np.testing.assert_array_equal(y.compute(), np.sort(xs))

@@ -114,6 +114,12 @@ class Backend(Protocol):
     def default_budget(self) -> int:
         """The bytes a sort step may hold on this worker by default; 0 where it has no device memory to bound."""
 
+    def upload(self, parts: Sequence[Any]) -> Any:
+        """Host ``parts`` (1-D, one dtype) end to end in one new array in this backend's memory, ready to use."""
+
+    def download(self, pair: Pair) -> Pair:
+        """``pair`` (this backend's arrays, or ``None``) in host memory."""
+
 
 @dataclass(frozen=True)
 class BackendSpec:

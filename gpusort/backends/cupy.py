@@ -271,6 +271,23 @@ class CupyBackend:
         """:func:`default_budget`, this worker's default GPU memory budget."""
         return default_budget()
 
+    def upload(self, parts: Sequence[np.ndarray]) -> cupy.ndarray:
+        # Staged on the copy stream, through pinned slots; this thread's stream waits for it, not the host.
+        out = _staged([np.ascontiguousarray(p) for p in parts])
+        cupy.cuda.get_current_stream().wait_event(staging.streams().work.record())
+        return out
+
+    def download(self, pair: Pair) -> Pair:
+        # The copies wait for the work stream: make it wait for this thread's, where the pair was made.
+        staging.streams().work.wait_event(cupy.cuda.get_current_stream().record())
+        out = []
+        for dev in pair:
+            host = None if dev is None else staging.host_empty(dev.size, dev.dtype).reshape(dev.shape)
+            if dev is not None:
+                staging.to_host(dev, host)
+            out.append(host)
+        return out[0], out[1]
+
     def beyond(self, blocks: Sequence[Any], pivot: Any, complement: bool, room: int) -> tuple[int, Any]:
         """:func:`encoded_beyond` of ``blocks``, host blocks uploaded first."""
         return encoded_beyond([_to_device(b) for b in blocks], pivot, complement, room)

@@ -53,7 +53,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from gpusort.arrays import copy_into, is_cupy, module, synchronize
-from gpusort.backends import Pair
+from gpusort.backends import Pair, get_backend
 from gpusort.engine import comms, exchange, tasks
 from gpusort.keys import corank, order
 
@@ -78,7 +78,8 @@ class Plan:
     key_dtype: np.dtype
     value_dtype: np.dtype | None
     descending: bool
-    on_gpu: bool  # CuPy chunks: the receive buffers are CuPy arrays, whatever a rank holds
+    upload: bool  # host chunks sorted on the GPUs: up as the runs form, the block down at the end
+    on_gpu: bool  # the receive buffers are CuPy arrays, whatever a rank holds
 
     def runs_of(self, rank: int) -> list[list[int]]:
         """Rank ``rank``'s runs, each a list of its chunk indices."""
@@ -113,11 +114,13 @@ class Ranks:
 
 def rank_graph(keys: da.Array, values: da.Array | None, *, descending: bool, backend: Any, ranks: np.ndarray,
                positions: bool, keys_returned: bool, group: comms.Group, client: Any,
-               declared: Sequence[tasks.Declared], inputs: Sequence[list]) -> Ranks:
+               declared: Sequence[tasks.Declared], inputs: Sequence[list], upload: bool = False) -> Ranks:
     """The rank tasks of a sort of ``keys`` into output ranks ``ranks``, one per worker of ``group``.
 
     ``declared`` and ``inputs`` are, per input chunk, what it declares and
     the task keys of its keys and values (:func:`gpusort.engine.graph.chunk_inputs`).
+    ``upload``: host chunks that ``backend`` sorts in its (GPU) memory: each
+    rank takes its chunks up once and brings its block down once.
     """
     lengths = [int(c) for c in keys.chunks[0]]
     n, nranks = sum(lengths), len(group.workers)
@@ -133,7 +136,7 @@ def rank_graph(keys: da.Array, values: da.Array | None, *, descending: bool, bac
         merge_all=not stable and keys.dtype.kind in "iubmM", scheme=order.scheme_for(stable, keys_returned),
         backend=backend, key_dtype=np.dtype(keys.dtype),
         value_dtype=np.dtype(np.int64) if positions else None if values is None else np.dtype(values.dtype),
-        descending=bool(descending), on_gpu=is_cupy(keys._meta),
+        descending=bool(descending), upload=upload, on_gpu=upload or is_cupy(keys._meta),
     )
     # Both tasks of rank r run on worker r of the group: the scheduler pins them there (comms.Placement).
     name, launched = "collective-" + plan.token, "launch-" + plan.token
@@ -338,6 +341,9 @@ def _sort(plan: Plan, comm: comms.Collectives, rank: int, data: Sequence[Any]) -
                                  scratch=buffers[:2])  # the buffer is the pieces end to end: merged in place
     synchronize(merged[0])  # the task ends when its block is there, and its clock with it
     seconds["merges"] = lap()
+    if plan.upload:
+        merged = get_backend(plan.backend).download(merged)
+        seconds["download"] = lap()
     exchange.record_phases(started, seconds)
     return merged
 
@@ -382,7 +388,8 @@ def _form_runs(plan: Plan, rank: int, runs: list[list[int]], data: Sequence[Any]
     at = {k: j for j, k in enumerate(plan.owned[rank])}
     offsets = np.concatenate(([0], np.cumsum([d[1] for d in plan.declared]))).tolist()
     return [tasks.sort_chunks(plan.backend, plan.descending, plan.scheme, offsets[run[0]] if plan.positions else None,
-                               [plan.declared[k] for k in run], *[x for k in run for x in data[2 * at[k]:2 * at[k] + 2]])
+                               [plan.declared[k] for k in run], *[x for k in run for x in data[2 * at[k]:2 * at[k] + 2]],
+                               upload=plan.upload)
             for run in runs]
 
 

@@ -390,7 +390,7 @@ def _merge_local(backend, dtype, descending, scheme, splits, j, *runs: Pair) -> 
 
 
 def exchange_method() -> str:
-    """How the sort runs: ``"local"`` or ``"p2p"``.
+    """How the sort runs: ``"local"``, ``"p2p"``, ``"collective"``, or ``"across"``: collectives where they serve, else P2P.
 
     ``"local"``: runs, splitters and merges are tasks that cut what they
     need from the runs as views.  That is free where every run sits in the
@@ -401,10 +401,9 @@ def exchange_method() -> str:
     machinery (:mod:`gpusort.engine.exchange`).  ``"collective"``: one task per
     worker, talking through collectives (:mod:`gpusort.engine.collective`; NCCL
     between GPU workers, :func:`collective_group`), refused where the
-    workers have none.  ``"auto"`` (the default) picks ``"p2p"`` on a
+    workers have none.  ``"auto"`` (the default) picks ``"across"`` on a
     distributed client with several workers, else ``"local"``, when the
-    graph is built -- as Dask picks its own shuffle method -- and
-    :func:`sort` takes the collectives instead of P2P where they serve.
+    graph is built -- as Dask picks its own shuffle method.
     ``dask.config`` key ``gpusort.exchange``.
     """
     method = dask.config.get("gpusort.exchange", "auto")
@@ -416,7 +415,7 @@ def exchange_method() -> str:
     if client is None:
         return "local"
     info = client.scheduler_info(n_workers=2)
-    return "p2p" if info.get("n_workers", len(info["workers"])) > 1 else "local"
+    return "across" if info.get("n_workers", len(info["workers"])) > 1 else "local"
 
 
 def sort(
@@ -436,8 +435,10 @@ def sort(
     decoded to their dtype, and the values (``None`` for keys only).
     """
     method = exchange_method()
-    if method in ("p2p", "collective") and keys.shape[0]:
-        group = collective_group(keys, values, backend, forced=method == "collective")
+    if method in ("across", "p2p", "collective") and keys.shape[0]:
+        group = None if method == "p2p" else collective_group(
+            keys, values, backend, forced=method == "collective", positions=positions, descending=descending,
+            keys_returned=keys_returned)
         if group is not None:
             return _sort_on_ranks(keys, values, descending=descending, backend=backend, chunk=chunk,
                                   positions=positions, keys_returned=keys_returned, group=group)
@@ -451,19 +452,28 @@ def sort(
     return merge_sorted_runs(runs, key_dtype=keys.dtype, descending=descending, chunk=chunk, backend=backend)
 
 
-def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forced: bool = False) -> comms.Group | None:
+def _spec(backend: Any) -> BackendSpec:
+    return backend if isinstance(backend, BackendSpec) else BackendSpec(backend)
+
+
+def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forced: bool = False,
+                     positions: bool = False, descending: bool = False, keys_returned: bool = True
+                     ) -> comms.Group | None:
     """The communicators a sort across workers runs on (:mod:`gpusort.engine.collective`), or ``None`` for P2P.
 
-    CuPy chunks of 1-D keys (and values the GPU kernels move) on a cluster
-    of GPU workers with NCCL (:func:`gpusort.engine.comms.ensure`, which makes the
-    communicators on first use).  With ``forced`` (``gpusort.exchange:
-    "collective"``) a sort that cannot run there is refused, saying why,
-    and the workers' communicators serve whatever chunks they move (tests
-    install host communicators that move NumPy chunks).
+    1-D keys (and values the GPU kernels move) on a cluster of GPU workers
+    with NCCL (:func:`gpusort.engine.comms.ensure`, which makes the
+    communicators on first use): CuPy chunks, or host chunks sorted with
+    ``backend="cupy"`` whose every rank's share fits its GPU
+    (:func:`ranks_hold`), which then go up once and come down once.  With
+    ``forced`` (``gpusort.exchange: "collective"``) a sort that cannot run
+    there is refused, saying why, and the workers' communicators serve
+    whatever chunks they move (tests install host communicators that move
+    NumPy chunks).
     """
-    spec = backend if isinstance(backend, BackendSpec) else BackendSpec(backend)
+    spec = _spec(backend)
     shaped = keys.ndim == 1 and (values is None or (values.ndim == 1 and values.dtype.itemsize in MOVABLE_VALUE_BYTES))
-    if not forced and (not shaped or spec.name != "cupy" or not is_cupy(keys._meta)):
+    if not forced and (not shaped or spec.name != "cupy"):
         return None
     client = _client()
     group = comms.ensure(client)
@@ -474,7 +484,29 @@ def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forc
         raise ValueError("dask config gpusort.exchange='collective' sorts 1-D keys, and 1-D values of 1, 2, 4 or 8 "
                          f"bytes; got keys of shape {keys.shape}"
                          + ("" if values is None else f" and values {values.dtype} of shape {values.shape}"))
+    if group is not None and not forced and not is_cupy(keys._meta) \
+            and not ranks_hold(keys, values, spec, len(group.workers), positions, descending, keys_returned):
+        return None  # host chunks past what the GPUs hold together: out of core, through P2P
     return group
+
+
+def ranks_hold(keys: da.Array, values: da.Array | None, spec: BackendSpec, nranks: int, positions: bool,
+               descending: bool, keys_returned: bool) -> bool:
+    """Whether host chunks sort on ``nranks`` GPUs in one go: each rank's share, with its sort, within its budget.
+
+    A rank holds up to an eighth more than ``1 / nranks`` of the keys
+    (:func:`gpusort.engine.collective.place`); its sort holds what one
+    whole-GPU step of that many keys does (:func:`gpusort.memory.plan.whole_bytes`),
+    within ``gpu_memory_budget``, or the workers' default budget.
+    """
+    if keys.dtype.kind not in "biuf" or not keys.dtype.isnative or (values is not None and not values.dtype.isnative):
+        return False
+    share = -(-int(keys.shape[0]) * 9 // (8 * nranks))
+    vb = 8 if positions else 0 if values is None else values.dtype.itemsize
+    scheme = order.scheme_for(values is not None or positions, keys_returned)
+    need = plan.whole_bytes(share, keys.dtype.itemsize, vb, order.encode_temporaries(keys.dtype, descending, scheme))
+    budget = spec.gpu_memory_budget if spec.gpu_memory_budget is not None else default_budget_seen()
+    return need <= budget * plan.PLAN_FRACTION
 
 
 def _sort_on_ranks(keys: da.Array, values: da.Array | None, *, descending: bool, backend: Any,
@@ -487,7 +519,8 @@ def _sort_on_ranks(keys: da.Array, values: da.Array | None, *, descending: bool,
     on = collective.rank_graph(keys, values, descending=descending, backend=backend, ranks=ranks, positions=positions,
                                keys_returned=keys_returned, group=group, client=_client(),
                                declared=declared_chunks(keys, values, 0, nchunks),
-                               inputs=[chunk_inputs(keys, values, k, k + 1) for k in range(nchunks)])
+                               inputs=[chunk_inputs(keys, values, k, k + 1) for k in range(nchunks)],
+                               upload=_spec(backend).name == "cupy" and not is_cupy(keys._meta))
     out = _field(on.graph, on.name, 0, "sorted", sizes, keys._meta, keys.dtype, on.blocks, workers=group.workers)
     if on.value_dtype is None:
         return out, None
@@ -520,7 +553,7 @@ def whole_on_gpu(keys: da.Array, values: da.Array | None, backend: Any, position
     >>> whole_on_gpu(x, None, "cupy", False), whole_on_gpu(x, None, "numpy", False)
     (True, False)
     """
-    spec = backend if isinstance(backend, BackendSpec) else BackendSpec(backend)
+    spec = _spec(backend)
     if spec.name != "cupy" or is_cupy(keys._meta) or keys.ndim != 1 or not keys.shape[0] \
             or keys.dtype.kind not in "biuf" or not keys.dtype.isnative or _task_bytes_setting() is not None:
         return False

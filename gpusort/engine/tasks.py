@@ -21,11 +21,13 @@ Declared = tuple[int, int, np.dtype, "np.dtype | None"]
 """``(chunk index, length, key dtype, value dtype)``: what the Dask array says a chunk holds."""
 
 
-def gathered(declared: Sequence[Declared], offset: int | None, chunks: Sequence[Any]) -> Pair:
+def gathered(declared: Sequence[Declared], offset: int | None, chunks: Sequence[Any], upload: Any = None) -> Pair:
     """Consecutive input chunks ``(keys, values, keys, values, ...)`` as one pair, checked against ``declared``.
 
     With ``offset`` (argsort) the values are the global positions of the keys,
     from ``offset`` on.  Each chunk is checked first (:func:`check_declared`).
+    ``upload``: a backend whose memory the pair goes to, host chunks joined
+    as they go up (:meth:`gpusort.backends.Backend.upload`).
 
     Examples
     --------
@@ -35,13 +37,18 @@ def gathered(declared: Sequence[Declared], offset: int | None, chunks: Sequence[
     """
     check_declared(declared, chunks)
     keys, values = chunks[0::2], chunks[1::2]
-    xp = namespace(keys[0])
-    keys = concatenate(keys, declared[0][2])
+
+    def join(parts: Sequence[Any], dtype: np.dtype) -> Any:
+        if upload is None:
+            return concatenate(parts, dtype)
+        return upload.upload([np.asarray(p, dtype) for p in parts])
+
+    keys = join(keys, declared[0][2])
     if offset is not None:
-        return keys, xp.arange(offset, offset + len(keys), dtype=np.int64)
+        return keys, namespace(keys).arange(offset, offset + len(keys), dtype=np.int64)
     if values[0] is None:
         return keys, None
-    return keys, concatenate(values, declared[0][3])
+    return keys, join(values, declared[0][3])
 
 
 def check_declared(declared: Sequence[Declared], chunks: Sequence[Any]) -> None:
@@ -76,12 +83,14 @@ def sort_pair(backend: Any, descending: bool, scheme: order.Scheme, keys: Any, v
 
 
 def sort_chunks(backend: Any, descending: bool, scheme: order.Scheme, offset: int | None,
-                declared: Sequence[Declared], *chunks: Any) -> Pair:
+                declared: Sequence[Declared], *chunks: Any, upload: bool = False) -> Pair:
     """One run of consecutive input chunks (:func:`gathered`, then :func:`sort_pair`).
 
-    Several chunks are concatenated into a temporary, which the sort may use.
+    Several chunks are concatenated into a temporary, which the sort may
+    use; with ``upload``, host chunks go up into one on ``backend`` first.
     """
-    return sort_pair(backend, descending, scheme, *gathered(declared, offset, chunks), overwrite=len(declared) > 1)
+    pair = gathered(declared, offset, chunks, get_backend(backend) if upload else None)
+    return sort_pair(backend, descending, scheme, *pair, overwrite=upload or len(declared) > 1)
 
 
 def sort_chunks_whole(backend: Any, dtype: np.dtype, descending: bool, scheme: order.Scheme, offset: int | None,
