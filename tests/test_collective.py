@@ -104,11 +104,18 @@ def test_persisted_chunks_are_sorted_where_they_are(client):
 
 
 def test_part_of_the_result_runs_every_rank(client):
-    """A slice of the output needs only its rank's block, but a rank alone would wait for the others."""
+    """A slice of the output needs only its rank's block, but a rank alone would wait for the others.
+
+    The blocks no task reads are let go of: none is left behind in the workers.
+    """
     x = np.random.default_rng(3).permutation(90_000)
     y = gpusort.sort(da.from_array(x, chunks=9_000), chunks=1_000)
     np.testing.assert_array_equal(y[:10].compute(), np.arange(10))
     np.testing.assert_array_equal(y[-5:].compute(), np.arange(89_995, 90_000))
+    deadline = time.monotonic() + 10
+    while collective._launched:
+        assert time.monotonic() < deadline, f"blocks left behind: {sorted(collective._launched)}"
+        time.sleep(0.01)
 
 
 _GATE = threading.Event()  # module-level: the graph's functions are pickled, an Event is not
@@ -163,10 +170,12 @@ def test_a_rank_whose_worker_left_fails_the_sort_instead_of_waiting_for_it(monke
                 time.sleep(0.01)
             (gone,) = [w for w in cluster.workers.values() if w.address == group.workers[0]]
             threading.Timer(0.5, _GATE.set).start()  # the input comes once rank 0's worker has gone
-            cluster.sync(gone.close)
-            with pytest.raises(Exception, match="left the cluster"):
-                future.result(timeout=30)
-    _GATE.set()
+            try:
+                cluster.sync(gone.close)
+                with pytest.raises(Exception, match="left the cluster"):
+                    future.result(timeout=30)
+            finally:
+                _GATE.set()
 
 
 def test_output_chunks_fewer_than_workers(client):

@@ -272,9 +272,15 @@ class CupyBackend:
         return default_budget()
 
     def upload(self, parts: Sequence[np.ndarray]) -> cupy.ndarray:
-        # Staged on the copy stream, through pinned slots; this thread's stream waits for it, not the host.
-        out = _staged([np.ascontiguousarray(p) for p in parts])
-        cupy.cuda.get_current_stream().wait_event(staging.streams().work.record())
+        # Made on this thread's stream, written on the shared work stream (through the pinned
+        # slots): the copy waits for what this stream did with the memory before, and this
+        # stream waits for the copy -- the GPUs, not the host.
+        current, work = cupy.cuda.get_current_stream(), staging.streams().work
+        parts = [np.ascontiguousarray(p) for p in parts]
+        out = cupy.empty(sum(len(p) for p in parts), parts[0].dtype)
+        work.wait_event(current.record())
+        staging.to_device(parts, out)
+        current.wait_event(work.record())
         return out
 
     def download(self, pair: Pair) -> Pair:

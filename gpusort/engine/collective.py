@@ -151,51 +151,63 @@ def rank_graph(keys: da.Array, values: da.Array | None, *, descending: bool, bac
     return Ranks(graph, name, blocks, plan.value_dtype)
 
 
+#: The sorts this process's ranks run, by ``(token, rank)``: what a ``collective-`` task waits for.
+_launched: dict[tuple[str, int], concurrent.futures.Future] = {}
+_launched_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
 class Launched:
-    """A rank's sort under way in a thread of its worker (:func:`launch`); on other workers, an empty token.
+    """Rank ``rank`` of sort ``token`` under way in a thread of its worker (:func:`launch`).
 
     Its peers' ``collective-`` tasks read it only so that they run after
-    every rank has started: the sort and its block never leave the worker.
+    every rank has started; its own finds the sort by name in this
+    process, so a copy that Dask dropped or spilled loses nothing.
     """
 
-    __slots__ = ("future",)
-
-    def __init__(self, future: concurrent.futures.Future | None = None):
-        self.future = future
-
-    def __reduce__(self) -> tuple:
-        return Launched, ()
+    token: str
+    rank: int
 
     def result(self) -> Pair:
         """The rank's merged block, once its sort has ended (its error, where it failed)."""
-        if self.future is None:
-            raise comms.CommError("a rank's sort was read where it did not run (its start was moved off its "
-                                  "worker, or spilled); compute the sort again")
-        return self.future.result()
+        with _launched_lock:
+            future = _launched.pop((self.token, self.rank), None)
+        if future is None:
+            raise comms.CommError(f"rank {self.rank} of sort {self.token} did not run in this worker process (it "
+                                  "restarted, or the rank's result was read already); compute the sort again")
+        return future.result()
 
 
 def launch(plan: Plan, rank: int, *data: Any) -> Launched:
     """Rank ``rank``'s ``launch-`` task: its part of the sort (:func:`sort_on_rank`) starts in a thread, and this task ends.
 
-    The thread acts for this task: it is this task's worker that the
-    sort's waits ask whether the task was cancelled (the graph let go of).
+    The thread acts for the sort's ``collective-`` tasks: while the
+    scheduler still wants any of them its waits go on (:func:`gpusort.engine.comms.acting_for`).
     No pool thread waits for the peers, so sorts that wait for each other
     cannot hold all of a worker's threads.
     """
-    from distributed.worker import thread_state
-
-    key, context, future = thread_state.key, contextvars.copy_context(), concurrent.futures.Future()
+    context, future = contextvars.copy_context(), concurrent.futures.Future()
+    keys = [("collective-" + plan.token, r) for r in range(len(plan.owned))]
+    held = list(data)  # the rank's thread lets go of its inputs once they are runs
 
     def run() -> None:
-        thread_state.key = key
+        comms.acting_for(keys)
         try:
-            future.set_result(sort_on_rank(plan, rank, *data))
+            future.set_result(sort_on_rank(plan, rank, held))
         except BaseException as exc:  # noqa: B036 -- the task that reads the future raises it
             future.set_exception(exc)
+        # Computing part of the result runs every rank, but reads only some
+        # ranks' blocks: a block that no collective- task will read goes now.
+        if comms.wanted(keys[rank]) is False:
+            with _launched_lock:
+                if _launched.get((plan.token, rank)) is future:
+                    del _launched[plan.token, rank]
 
+    with _launched_lock:
+        _launched[plan.token, rank] = future
     threading.Thread(target=context.run, args=(run,), name=f"gpusort-rank-{rank}-{plan.token[:8]}",
                      daemon=True).start()
-    return Launched(future)
+    return Launched(plan.token, rank)
 
 
 def collect(rank: int, started: Sequence[Launched]) -> Pair:
@@ -278,8 +290,11 @@ def place(lengths: Sequence[int], itemsize: int, held: Sequence[int | None], nra
 # --- one rank's task ----------------------------------------------------------------------------
 
 
-def sort_on_rank(plan: Plan, rank: int, *data: Any) -> Pair:
-    """Rank ``rank``'s part of the sort: its runs, the splitters, the exchange and its merged block."""
+def sort_on_rank(plan: Plan, rank: int, data: list) -> Pair:
+    """Rank ``rank``'s part of the sort: its runs, the splitters, the exchange and its merged block.
+
+    ``data``: its chunks' keys and values, interleaved, in chunk order; emptied once they are runs.
+    """
     comm = comms.local(plan.group.key)
     if comm.rank != rank:
         raise comms.CommError(f"rank {rank}'s task of sort {plan.token} ran on the worker of rank {comm.rank}")
@@ -287,7 +302,7 @@ def sort_on_rank(plan: Plan, rank: int, *data: Any) -> Pair:
         return _sort(plan, comm, rank, data)
 
 
-def _sort(plan: Plan, comm: comms.Collectives, rank: int, data: Sequence[Any]) -> Pair:
+def _sort(plan: Plan, comm: comms.Collectives, rank: int, data: list) -> Pair:
     started, clock = time.time(), [time.perf_counter()]
 
     def lap() -> float:
@@ -306,6 +321,7 @@ def _sort(plan: Plan, comm: comms.Collectives, rank: int, data: Sequence[Any]) -
         runs = _form_runs(plan, rank, runs_of[rank], data)
     except Exception as exc:  # the others must not wait for a rank that failed
         failure = exc
+    data.clear()  # the inputs, once runs: Dask may have let go of them, and the sort must not hold them
     comm.agree(failure)  # after the runs' kernels: the clock sees them
     seconds = {"runs": lap()}
 

@@ -130,7 +130,8 @@ def _report_broken(key: str) -> None:
         with contextlib.suppress(Exception):  # no scheduler, or no plugin: the next ensure() asks the workers
             await worker.scheduler.gpusort_broken(key=key)
 
-    worker.loop.add_callback(send)
+    with contextlib.suppress(Exception):  # a closed loop: the worker is going, and its communicator with it
+        worker.loop.add_callback(send)
 
 
 def install(address: str, comm: "Collectives") -> None:
@@ -521,31 +522,46 @@ def arrive(key: str, token: str, rank: int, size: int, wait: float, leave: bool 
     return None if got is None else (got[0], int(got[1]))
 
 
-def _gone(workers: Sequence[str]) -> str:
-    """Why a waiting rank should stop waiting, asked from the thread of its task (or of its launch-): "" while its peers may come.
+_acting = threading.local()  # the tasks a rank's thread runs for (acting_for)
 
-    A peer that left the cluster never comes; a task that the scheduler
-    cancelled (its sort failed elsewhere, or the user let go of it) waits
-    for nothing.
+
+def acting_for(keys: Sequence[Any]) -> None:
+    """This thread runs a rank for the tasks ``keys`` (its sort's ``collective-`` tasks): it waits while any is wanted."""
+    _acting.keys = list(keys)
+
+
+def _gone(workers: Sequence[str]) -> str:
+    """Why a waiting rank should stop waiting, asked of the scheduler: "" while its peers may come.
+
+    A peer that left the cluster never comes; a sort whose tasks the
+    scheduler no longer holds (its graph was let go of, or failed) waits
+    for nothing.  Outside a worker, or with no scheduler to ask, the
+    timeout still applies.
     """
     from distributed import get_worker
     from distributed.utils import sync
-    from distributed.worker import thread_state
 
     try:
         worker = get_worker()
-    except ValueError:  # not in a worker's task: the timeout still applies
+        lost, wanted = sync(worker.loop, worker.scheduler.gpusort_alive, workers=list(workers),
+                            keys=getattr(_acting, "keys", None))
+    except Exception:
         return ""
-    key = getattr(thread_state, "key", None)
-    task = None if key is None else worker.state.tasks.get(key)
-    if key is not None and (task is None or task.state in ("cancelled", "released", "forgotten")):
-        return "the sort was cancelled"
+    if lost:
+        return f"worker {lost} left the cluster"
+    return "" if wanted else "the sort was cancelled"
+
+
+def wanted(key: Any) -> bool | None:
+    """Whether the scheduler still holds task ``key`` (not failed); ``None`` where it cannot be asked."""
+    from distributed import get_worker
+    from distributed.utils import sync
+
     try:
-        identity = sync(worker.loop, worker.scheduler.identity, n_workers=-1)
-    except Exception:  # no scheduler to ask: the timeout still applies
-        return ""
-    lost = [w for w in workers if w not in identity.get("workers", {})]
-    return f"worker {lost[0]} left the cluster" if lost else ""
+        worker = get_worker()
+        return bool(sync(worker.loop, worker.scheduler.gpusort_alive, workers=[], keys=[key])[1])
+    except Exception:
+        return None
 
 
 # --- on the client ------------------------------------------------------------------------------
@@ -644,6 +660,7 @@ def _register(key: str, workers: list[str], kind: str, dask_scheduler: Any = Non
         dask_scheduler.add_plugin(plugin, name=Placement.name)
         dask_scheduler.handlers["gpusort_turn"] = plugin.turn
         dask_scheduler.handlers["gpusort_broken"] = plugin.broken
+        dask_scheduler.handlers["gpusort_alive"] = plugin.alive
     plugin.group = (key, tuple(workers), kind)
 
 
@@ -684,6 +701,23 @@ class Placement(SchedulerPlugin):
 
     def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
         self.group = None
+        # Its pinned tasks that were unrunnable already (the worker paused) fail too: no transition comes for them.
+        for ts in list(scheduler.unrunnable):
+            if isinstance(ts.run_spec, PinnedTask) and ts.run_spec.worker == worker:
+                scheduler.loop.add_callback(self._fail_orphan, ts.key, worker)
+
+    async def alive(self, workers: list[str], keys: list | None = None) -> tuple[str | None, bool]:
+        """The first of ``workers`` that left the cluster (or ``None``), and whether any task of ``keys`` is held.
+
+        A task is held while the scheduler has it and it has not failed;
+        ``keys`` ``None``: held.  Keys come as msgpack makes them: tuples as lists.
+        """
+        lost = next((w for w in workers if w not in self.scheduler.workers), None)
+        if keys is None:
+            return lost, True
+        tasks = self.scheduler.tasks
+        held = [tasks.get(tuple(k) if isinstance(k, list) else k) for k in keys]
+        return lost, any(ts is not None and ts.state != "erred" for ts in held)
 
     async def broken(self, key: str) -> None:
         if self.group is not None and self.group[0] == key:
@@ -701,7 +735,7 @@ class Placement(SchedulerPlugin):
         from distributed.protocol.pickle import dumps
 
         ts = self.scheduler.tasks.get(key)
-        if ts is None or ts.state != "no-worker":
+        if ts is None or ts.state != "no-worker" or worker in self.scheduler.workers:
             return
         stimulus_id = f"gpusort-worker-left-{time.time()}"
         error = CommError(f"worker {worker} left the cluster while task {key!r} of a collective sort was pinned "

@@ -476,6 +476,11 @@ def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forc
     if not forced and (not shaped or spec.name != "cupy"):
         return None
     client = _client()
+    if not forced and not is_cupy(keys._meta):  # host chunks: only where every rank's share fits its GPU
+        workers = client.scheduler_info(n_workers=2)
+        if not ranks_hold(keys, values, spec, workers.get("n_workers", len(workers["workers"])), positions,
+                          descending, keys_returned):
+            return None  # past what the GPUs hold together: out of core, through P2P
     group = comms.ensure(client)
     if forced and group is None:
         raise ValueError(f"dask config gpusort.exchange='collective', but {comms.why_not(client)}; "
@@ -484,9 +489,6 @@ def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forc
         raise ValueError("dask config gpusort.exchange='collective' sorts 1-D keys, and 1-D values of 1, 2, 4 or 8 "
                          f"bytes; got keys of shape {keys.shape}"
                          + ("" if values is None else f" and values {values.dtype} of shape {values.shape}"))
-    if group is not None and not forced and not is_cupy(keys._meta) \
-            and not ranks_hold(keys, values, spec, len(group.workers), positions, descending, keys_returned):
-        return None  # host chunks past what the GPUs hold together: out of core, through P2P
     return group
 
 
@@ -494,17 +496,20 @@ def ranks_hold(keys: da.Array, values: da.Array | None, spec: BackendSpec, nrank
                descending: bool, keys_returned: bool) -> bool:
     """Whether host chunks sort on ``nranks`` GPUs in one go: each rank's share, with its sort, within its budget.
 
-    A rank holds up to an eighth more than ``1 / nranks`` of the keys
-    (:func:`gpusort.engine.collective.place`); its sort holds what one
-    whole-GPU step of that many keys does (:func:`gpusort.memory.plan.whole_bytes`),
-    within ``gpu_memory_budget``, or the workers' default budget.
+    A rank's share is what :func:`gpusort.engine.collective.place` gives the
+    most loaded rank (an eighth over ``1 / nranks`` of the keys, or a chunk
+    larger than that); its sort holds what one whole-GPU step of that many
+    keys does (:func:`gpusort.memory.plan.whole_bytes`), within
+    ``gpu_memory_budget``, or the workers' default budget.
     """
     if keys.dtype.kind not in "biuf" or not keys.dtype.isnative or (values is not None and not values.dtype.isnative):
         return False
-    share = -(-int(keys.shape[0]) * 9 // (8 * nranks))
+    lengths = [int(c) for c in keys.chunks[0]]
+    owner = collective.place(lengths, 1, [None] * len(lengths), nranks)
+    share = max(np.bincount(owner, weights=lengths, minlength=nranks).max(), 1)
     vb = 8 if positions else 0 if values is None else values.dtype.itemsize
     scheme = order.scheme_for(values is not None or positions, keys_returned)
-    need = plan.whole_bytes(share, keys.dtype.itemsize, vb, order.encode_temporaries(keys.dtype, descending, scheme))
+    need = plan.whole_bytes(int(share), keys.dtype.itemsize, vb, order.encode_temporaries(keys.dtype, descending, scheme))
     budget = spec.gpu_memory_budget if spec.gpu_memory_budget is not None else default_budget_seen()
     return need <= budget * plan.PLAN_FRACTION
 
