@@ -101,6 +101,36 @@ def concatenate(parts: Sequence[Any], dtype: Any = None) -> Any:
     return out
 
 
+def joined(parts: Sequence[Any], dtype: Any = None) -> Any:
+    """``parts`` end to end, for reading: a view where they lie end to end in one array already, else :func:`concatenate`.
+
+    Chunks that Dask cut from one array in memory (``da.from_array``) are
+    views of it, one after the other: their run is a view of it too, and
+    nothing is copied.  The result may be the parts' own memory: callers
+    that write into it take :func:`concatenate`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.arange(10)
+    >>> joined([x[2:5], x[5:9]]).base is x, joined([x[2:5], x[6:9]]).base is x
+    (True, False)
+    """
+    held = [p for p in parts if len(p)]
+    base = held[0].base if len(held) > 1 else None
+    if (base is not None and base.ndim == 1 and base.flags.c_contiguous
+            and (dtype is None or base.dtype == dtype)
+            and all(p.base is base and p.ndim == 1 and p.flags.c_contiguous and p.dtype == base.dtype for p in held)
+            and all(_address(q) == _address(p) + p.nbytes for p, q in zip(held, held[1:]))):
+        start = (_address(held[0]) - _address(base)) // base.itemsize
+        return base[start:start + sum(len(p) for p in held)]
+    return concatenate(parts, dtype)
+
+
+def _address(x: Any) -> int:
+    return x.data.ptr if is_cupy(x) else x.__array_interface__["data"][0]
+
+
 def copy_into(dst: Any, src: Any) -> None:
     """``src`` into ``dst``, contiguous arrays of one dtype and shape: by the copy engine on a GPU.
 

@@ -3,7 +3,8 @@
 A test double of NCCL's transport (:class:`gpusort.engine.comms.NcclComm`): the
 workers of a ``LocalCluster(processes=False)`` share this process, so each
 collective call is a rendezvous of the ranks' threads at a shared table, and
-NumPy arrays are copied from the senders' lists into the receivers'.
+arrays are copied from the senders' lists into the receivers' (through host
+memory: CuPy arrays too, so one GPU can stand in for several).
 Everything above the transport -- the turn of a sort, the agreement, the
 waits and their aborts (:class:`gpusort.engine.comms.Collectives`), and the whole
 engine (:mod:`gpusort.engine.collective`) -- is the code the GPU workers run.
@@ -17,6 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from gpusort.arrays import in_memory, is_cupy, to_numpy
 from gpusort.engine import comms
 
 
@@ -65,14 +67,14 @@ class HostComm(comms.Collectives):
         return got
 
     def exchange(self, sends: Sequence[Sequence[Any]], recvs: Sequence[Sequence[Any]]) -> None:
-        got = self._swap([[np.array(a) for a in out] for out in sends], comms.TIMEOUT)
+        got = self._swap([[np.array(to_numpy(a)) for a in out] for out in sends], comms.TIMEOUT)
         for p in range(self.size):
             if p == self.rank:
                 continue
             arrived = got[p][self.rank]
             assert [a.shape for a in arrived] == [b.shape for b in recvs[p]], "ranks disagree on the slices"
             for into, a in zip(recvs[p], arrived):
-                into[...] = a
+                into[...] = in_memory(a, is_cupy(into))
                 self.moved += a.nbytes
 
     def _abort_transport(self) -> None:

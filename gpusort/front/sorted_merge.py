@@ -39,8 +39,8 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort.arrays import concatenate, is_cupy, namespace, to_numpy
-from gpusort.backends import BackendSpec, Pair
+from gpusort.arrays import is_cupy, joined, namespace, to_numpy
+from gpusort.backends import BackendSpec, Pair, backend_for, get_backend
 from gpusort.engine import graph, multikey
 from gpusort.front.api import SortOptions, as_dask
 from gpusort.keys import composite, order
@@ -301,26 +301,26 @@ def _runs(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None) -> 
                       okey_dtype, value_dtype, meta, element, "float")
 
 
-def _run(spec: _Merge, side: int, first: int, sizes: list[int], start: int, joined: bool, *chunks: Any) -> Pair:
+def _run(spec: _Merge, side: int, first: int, sizes: list[int], start: int, after: bool, *chunks: Any) -> Pair:
     """Consecutive chunks ``first, first + 1, …`` of input ``side`` (from position ``start``) as one run.
 
-    ``chunks`` are the chunk before (when ``joined``), the run's key chunks,
+    ``chunks`` are the chunk before (when ``after``), the run's key chunks,
     then their values' chunks, if any.  Each chunk's length is checked, and
     the order of every key, the join with the chunk before included; the
     run is its order keys and what they carry (:func:`_runs`).
     """
-    before = chunks[0][-1:] if joined else None
-    parts = chunks[int(joined):int(joined) + len(sizes)]
+    before = chunks[0][-1:] if after else None
+    parts = chunks[int(after):int(after) + len(sizes)]
     for c, (size, chunk) in enumerate(zip(sizes, parts)):
         _check_length(spec.names[side], first + c, size, chunk)
-    keys = concatenate(parts, spec.dtype)
+    keys = joined(parts, spec.dtype)  # runs are read, never written: chunks cut from one array stay put
     okeys = spec.okeys(keys)
     pieces, encoded, at = [keys], [okeys], [start]
     if before is not None:
         pieces, encoded, at = [before, keys], [spec.okeys(before), okeys], [start - 1, start]
     _check_sorted(spec, side, pieces, encoded, at)
-    vparts = chunks[int(joined) + len(sizes):]
-    values = concatenate(vparts, vparts[0].dtype) if vparts else None
+    vparts = chunks[int(after) + len(sizes):]
+    values = joined(vparts, vparts[0].dtype) if vparts else None
     if order.is_composite(spec.dtype):  # composite keys do not decode: the keys travel as values, with theirs
         return okeys, keys if values is None else multikey.record_rows(keys, values)
     if spec.dtype.kind == "f":  # "tied" keys checked the order; "float" keys keep every bit through the merge
@@ -361,10 +361,12 @@ def _concat(parts: list) -> Any:
 
 
 def _descends(okeys: list) -> bool:
-    """Whether a key of these consecutive pieces precedes its predecessor, asked of the device once.
+    """Whether a key of these consecutive pieces precedes its predecessor.
 
-    Each question about a piece of GPU memory waits for the device; the
-    answers stay there until all of them are asked.  Rows (complex keys)
+    Each piece is asked of the backend of its memory (:meth:`gpusort.backends.Backend.is_sorted`:
+    on a GPU one fused pass that reads each key once, where a comparison
+    of shifted views wrote a mask as large as the keys and read it again);
+    the joins between pieces are a comparison each.  Rows (complex keys)
     are answered by :func:`_first_descent` alone.
     """
     pieces = [o for o in okeys if len(o)]
@@ -372,10 +374,12 @@ def _descends(okeys: list) -> bool:
         return False
     if pieces[0].ndim == 2:
         return True
+    sorter = get_backend(backend_for(pieces[0]))
+    if not all(sorter.is_sorted(o) for o in pieces):
+        return True
     xp = namespace(pieces[0])
-    found = [xp.any(o[1:] < o[:-1]) for o in pieces]
-    found += [xp.any(o[:1] < before[-1:]) for before, o in zip(pieces, pieces[1:])]
-    return bool(xp.stack(found).any())
+    joins = [xp.any(o[:1] < before[-1:]) for before, o in zip(pieces, pieces[1:])]
+    return bool(xp.stack(joins).any()) if joins else False
 
 
 def _first_descent(okeys: Any) -> int | None:
