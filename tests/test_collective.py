@@ -178,6 +178,36 @@ def test_a_rank_whose_worker_left_fails_the_sort_instead_of_waiting_for_it(monke
                 _GATE.set()
 
 
+MERGES = [("int64", "few"), ("float64", "nan"), ("uint8", "random"), ("float32", "extremes"), ("int32", "equal")]
+
+
+@pytest.mark.parametrize("dtype, pattern", MERGES, ids=[f"{d}-{p}" for d, p in MERGES])
+def test_merges_run_on_the_ranks_exact(client, rng, dtype, pattern):
+    """merge and merge_by_key of sorted inputs as the ranks' runs: nothing sorted, ties from a first, exact bits."""
+    a, b = (np.sort(make_keys(rng, dtype, n, pattern), kind="stable") for n in (40_001, 23_007))
+    va, vb = np.arange(a.size, dtype=np.int32), np.arange(a.size, a.size + b.size, dtype=np.int32)
+    A, B = da.from_array(a, chunks=6_000), da.from_array(b, chunks=((5_000, 0, 1, 18_006),))
+    merged = gpusort.merge(A, B, chunks=7_000)
+    assert tasks_of(merged)["launch"] == 3 and "runs" not in tasks_of(merged)
+    both = np.concatenate([a, b])
+    stable = np.argsort(both, kind="stable")  # a's ties first: a comes first
+    keys, values = dask.compute(merged, gpusort.merge_by_key(A, da.from_array(va, chunks=6_000), B,
+                                                             da.from_array(vb, chunks=((5_000, 0, 1, 18_006),))))
+    np.testing.assert_array_equal(keys.view(np.uint8), both[stable].view(np.uint8))
+    np.testing.assert_array_equal(values[1], np.concatenate([va, vb])[stable])
+    if dtype[0] != "f":  # descending inputs, NaN-free
+        down = gpusort.merge(A[::-1], B[::-1], descending=True).compute()
+        np.testing.assert_array_equal(down, np.sort(both, kind="stable")[::-1])
+
+
+def test_a_merge_input_out_of_order_where_ranks_meet_is_named(client):
+    """Each chunk sorted, but not where one rank's chunks end and the next rank's begin: the position is named."""
+    a = np.concatenate([np.arange(10_000, 20_000), np.arange(0, 10_000), np.arange(20_000, 30_000)])
+    merged = gpusort.merge(da.from_array(a, chunks=10_000), da.from_array(np.arange(3), chunks=3))
+    with pytest.raises(ValueError, match=r"a is not sorted .*a\[10000\] = 0 comes after a\[9999\] = 19999"):
+        merged.compute()
+
+
 def test_output_chunks_fewer_than_workers(client):
     x = np.random.default_rng(4).integers(0, 9, 10_000)
     y = gpusort.sort(da.from_array(x, chunks=1_000), chunks=10_000)

@@ -71,6 +71,15 @@ def test_host_chunks_go_up_once_and_sort_across_gpus(client, rng, dtype, pattern
     assert_sorts_exact(x, s, p, k, v, sd)
 
 
+def test_merge_of_sorted_gpu_arrays_on_the_ranks(client, rng):
+    a, b = (np.sort(make_keys(rng, "float64", n, "nan"), kind="stable") for n in (1_000_003, 700_001))
+    m = gpusort.merge(on_gpu(a, 300_000), on_gpu(b, 200_000))
+    assert collective_tasks(m) == len(client.scheduler_info()["workers"])
+    both = np.concatenate([a, b])
+    np.testing.assert_array_equal(cupy.asnumpy(m.compute()).view(np.uint8),
+                                  both[np.argsort(both, kind="stable")].view(np.uint8))
+
+
 def test_p2p_asked_for_is_p2p(client):
     x = np.random.default_rng(11).permutation(2**18).astype(np.int64)
     with dask.config.set({"gpusort.exchange": "p2p"}):

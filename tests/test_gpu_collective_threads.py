@@ -58,3 +58,18 @@ def test_ranks_on_one_gpu_exact(client, rng, dtype, pattern, memory):
     out = [cupy.asnumpy(a) for a in (s, p, k, v, sd)]
     assert all(type(a) is (np.ndarray if memory == "host" else cupy.ndarray) for a in (s, p, k, v, sd))
     assert_sorts_exact(x, *out)
+
+
+@pytest.mark.parametrize("dtype, pattern", CASES[:2], ids=[f"{d}-{p}" for d, p in CASES[:2]])
+def test_merge_on_ranks_on_one_gpu_exact(client, rng, dtype, pattern):
+    """merge_by_key of sorted CuPy inputs as the ranks' runs: ties from a first, exact bits."""
+    a, b = (np.sort(make_keys(rng, dtype, n, pattern), kind="stable") for n in (200_003, 90_001))
+    va, vb = np.arange(a.size, dtype=np.int64), np.arange(a.size, a.size + b.size, dtype=np.int64)
+    gpu = [da.from_array(x, chunks=40_000).map_blocks(cupy.asarray, meta=cupy.empty(0, x.dtype)) for x in (a, va, b, vb)]
+    k, v = gpusort.merge_by_key(*gpu, chunks=50_000)
+    assert launched(k) == 3
+    both = np.concatenate([a, b])
+    stable = np.argsort(both, kind="stable")
+    k, v = dask.compute(k, v)
+    np.testing.assert_array_equal(cupy.asnumpy(k).view(np.uint8), both[stable].view(np.uint8))
+    np.testing.assert_array_equal(cupy.asnumpy(v), np.concatenate([va, vb])[stable])

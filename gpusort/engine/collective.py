@@ -52,7 +52,7 @@ from dask._task_spec import List, TaskRef
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort.arrays import copy_into, is_cupy, module, synchronize
+from gpusort.arrays import copy_into, is_cupy, module, synchronize, to_numpy
 from gpusort.backends import Pair, get_backend
 from gpusort.engine import comms, exchange, tasks
 from gpusort.keys import corank, order
@@ -80,13 +80,17 @@ class Plan:
     descending: bool
     upload: bool  # host chunks sorted on the GPUs: up as the runs form, the block down at the end
     on_gpu: bool  # the receive buffers are CuPy arrays, whatever a rank holds
+    bounds: tuple[int, ...] = ()  # the chunks where the inputs after the first begin: no run crosses them
+    presorted: Any = None  # inputs sorted already (a merge): makes and checks runs (Presorted), none sorted
 
     def runs_of(self, rank: int) -> list[list[int]]:
         """Rank ``rank``'s runs, each a list of its chunk indices."""
         held = list(self.owned[rank])
         if not held:
             return []
-        return [held] if self.merge_all else exchange.consecutive(held)
+        if self.merge_all:
+            return [held]
+        return [run for ids in exchange.consecutive(held) for run in _cut_at(ids, self.bounds)]
 
     def table(self) -> list[tuple[int, int, int]]:
         """Every run as ``(label, rank, index among its rank's runs)``, in run order (label = first chunk)."""
@@ -112,31 +116,41 @@ class Ranks:
     value_dtype: np.dtype | None
 
 
-def rank_graph(keys: da.Array, values: da.Array | None, *, descending: bool, backend: Any, ranks: np.ndarray,
-               positions: bool, keys_returned: bool, group: comms.Group, client: Any,
-               declared: Sequence[tasks.Declared], inputs: Sequence[list], upload: bool = False) -> Ranks:
-    """The rank tasks of a sort of ``keys`` into output ranks ``ranks``, one per worker of ``group``.
+def rank_graph(parts: Sequence[tuple[da.Array, da.Array | None]], *, descending: bool, backend: Any,
+               ranks: np.ndarray, positions: bool, keys_returned: bool, group: comms.Group, client: Any,
+               declared: Sequence[tasks.Declared], inputs: Sequence[list], upload: bool = False,
+               presorted: Any = None) -> Ranks:
+    """The rank tasks of a sort of the ``parts``' keys (end to end) into output ranks ``ranks``, one per worker of ``group``.
 
-    ``declared`` and ``inputs`` are, per input chunk, what it declares and
+    ``parts``: ``(keys, values)`` arrays, one pair for a sort; ``declared``
+    and ``inputs`` are, per input chunk of them all, what it declares and
     the task keys of its keys and values (:func:`gpusort.engine.graph.chunk_inputs`).
     ``upload``: host chunks that ``backend`` sorts in its (GPU) memory: each
     rank takes its chunks up once and brings its block down once.
+    ``presorted``: every part is sorted already (a merge of them):
+    :class:`Presorted`'s callable that makes a run of chunks and checks it,
+    and the joins between runs on different ranks; nothing is sorted.
     """
-    lengths = [int(c) for c in keys.chunks[0]]
+    keys, values = parts[0]
+    lengths = [int(c) for k, _ in parts for c in k.chunks[0]]
     n, nranks = sum(lengths), len(group.workers)
-    stable = values is not None or positions
+    stable = values is not None or positions or presorted is not None
     itemsize = keys.dtype.itemsize + (8 if positions else 0 if values is None else values.dtype.itemsize)
-    owner = place(lengths, itemsize, holders(client, keys, values, group.workers), nranks)
+    held = [h for k, v in parts for h in holders(client, k, v, group.workers)]
+    owner = place(lengths, itemsize, held, nranks)
     owned = tuple(tuple(k for k in range(len(lengths)) if owner[k] == r) for r in range(nranks))
     blocks = output_blocks(ranks, nranks)
+    bounds = tuple(np.cumsum([k.numblocks[0] for k, _ in parts])[:-1].tolist())
     plan = Plan(
-        token=tokenize(keys, values, descending, backend, positions, keys_returned, ranks, group, owned),
+        token=tokenize(parts, descending, backend, positions, keys_returned, ranks, group, owned, presorted),
         group=group, owned=owned, declared=tuple(declared),
         edges=tuple(int(ranks[a]) for a, _ in blocks) + (n,), positions=positions,
-        merge_all=not stable and keys.dtype.kind in "iubmM", scheme=order.scheme_for(stable, keys_returned),
+        merge_all=not stable and keys.dtype.kind in "iubmM",
+        scheme="float" if presorted is not None else order.scheme_for(stable, keys_returned),
         backend=backend, key_dtype=np.dtype(keys.dtype),
         value_dtype=np.dtype(np.int64) if positions else None if values is None else np.dtype(values.dtype),
-        descending=bool(descending), upload=upload, on_gpu=upload or is_cupy(keys._meta),
+        descending=bool(descending), upload=upload, on_gpu=upload or is_cupy(keys._meta), bounds=bounds,
+        presorted=presorted,
     )
     # Both tasks of rank r run on worker r of the group: the scheduler pins them there (comms.Placement).
     name, launched = "collective-" + plan.token, "launch-" + plan.token
@@ -146,7 +160,8 @@ def rank_graph(keys: da.Array, values: da.Array | None, *, descending: bool, bac
               for r in range(nranks)}
     every = List(*(TaskRef((launched, r)) for r in range(nranks)))
     dsk = {(name, r): comms.PinnedTask((name, r), collect, r, every, worker=group.workers[r]) for r in range(nranks)}
-    graph = HighLevelGraph.from_collections(launched, starts, dependencies=[keys] if values is None else [keys, values])
+    graph = HighLevelGraph.from_collections(launched, starts, dependencies=[a for part in parts for a in part
+                                                                             if a is not None])
     graph = HighLevelGraph({**graph.layers, name: dsk}, {**graph.dependencies, name: {launched}})
     return Ranks(graph, name, blocks, plan.value_dtype)
 
@@ -218,6 +233,23 @@ def collect(rank: int, started: Sequence[Launched]) -> Pair:
     time, as by any task that computes.
     """
     return started[rank].result()
+
+
+def _cut_at(ids: list[int], bounds: Sequence[int]) -> list[list[int]]:
+    """Consecutive chunk ids cut where an input begins (``bounds``).
+
+    Examples
+    --------
+    >>> _cut_at([2, 3, 4, 5], (4,))
+    [[2, 3], [4, 5]]
+    """
+    runs = [[ids[0]]]
+    for k in ids[1:]:
+        if k in bounds:
+            runs.append([k])
+        else:
+            runs[-1].append(k)
+    return runs
 
 
 def output_blocks(ranks: np.ndarray, nranks: int) -> list[tuple[int, int]]:
@@ -328,10 +360,19 @@ def _sort(plan: Plan, comm: comms.Collectives, rank: int, data: list) -> Pair:
     # The splitters: every rank computes the same split vectors, from samples and windows.
     inner = np.array(plan.edges[1:-1], dtype=np.int64)
     g = corank.sample_stride(int(plan.edges[-1]), len(table), len(inner))
-    counts = [[-(-plan.length(run) // g) for run in runs_of[r]] for r in range(nranks)]
+    # Presorted runs also send their last key: the joins between runs of one input are checked here.
+    tail = int(plan.presorted is not None)
+    counts = [[-(-plan.length(run) // g) + (tail if plan.length(run) else 0) for run in runs_of[r]]
+              for r in range(nranks)]
     mine = [corank.samples(keys, g) for keys, _ in runs]
+    if tail:
+        mine = [np.concatenate((s, to_numpy(keys[-1:]).astype(okey))) for s, (keys, _) in zip(mine, runs)]
     samples = _by_run(comm.all_gather(_bytes(mine, okey), [sum(c) * okey.itemsize for c in counts]), counts, okey,
                       index, len(table))
+    if tail:
+        lasts = [s[-1:] for s in samples]
+        samples = [s[:-1] for s in samples]
+        plan.presorted.check_joins([label for label, _, _ in table], samples, lasts)
     plan_w = corank.plan_windows(samples, lengths, inner, g)
     widths = plan_w[1] - plan_w[0]
     counts = [[int(widths[:, index[r, i]].sum()) for i in range(len(runs_of[r]))] for r in range(nranks)]
@@ -403,6 +444,8 @@ def _form_runs(plan: Plan, rank: int, runs: list[list[int]], data: Sequence[Any]
     """This rank's runs, sorted: ``data`` holds its chunks' keys and values, interleaved, in chunk order."""
     at = {k: j for j, k in enumerate(plan.owned[rank])}
     offsets = np.concatenate(([0], np.cumsum([d[1] for d in plan.declared]))).tolist()
+    if plan.presorted is not None:
+        return [plan.presorted(run, [x for k in run for x in data[2 * at[k]:2 * at[k] + 2]]) for run in runs]
     return [tasks.sort_chunks(plan.backend, plan.descending, plan.scheme, offsets[run[0]] if plan.positions else None,
                                [plan.declared[k] for k in run], *[x for k in run for x in data[2 * at[k]:2 * at[k] + 2]],
                                upload=plan.upload)

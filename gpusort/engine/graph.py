@@ -518,14 +518,30 @@ def _sort_on_ranks(keys: da.Array, values: da.Array | None, *, descending: bool,
                    chunk: int | tuple[int, ...], positions: bool, keys_returned: bool, group: comms.Group
                    ) -> tuple[da.Array, da.Array | None]:
     """:func:`sort` as one task per worker of ``group`` (:mod:`gpusort.engine.collective`); output chunks views of their rank's block."""
-    nchunks = keys.numblocks[0]
-    ranks = corank.output_ranks(int(keys.shape[0]), chunk)
+    return on_ranks([(keys, values)], descending=descending, backend=backend, chunk=chunk, positions=positions,
+                    keys_returned=keys_returned, group=group,
+                    upload=_spec(backend).name == "cupy" and not is_cupy(keys._meta))
+
+
+def on_ranks(parts: list[tuple[da.Array, da.Array | None]], *, descending: bool, backend: Any,
+             chunk: int | tuple[int, ...], group: comms.Group, positions: bool = False, keys_returned: bool = True,
+             upload: bool = False, presorted: Any = None) -> tuple[da.Array, da.Array | None]:
+    """The ``parts``' keys (and values), end to end, sorted -- or merged, ``presorted`` -- by the ranks of ``group``.
+
+    Output chunks of ``chunk`` are views of their rank's block
+    (:func:`gpusort.engine.collective.rank_graph` has the rest).
+    """
+    keys = parts[0][0]
+    ranks = corank.output_ranks(sum(int(k.shape[0]) for k, _ in parts), chunk)
     sizes = (tuple(int(c) for c in np.diff(ranks)),)
-    on = collective.rank_graph(keys, values, descending=descending, backend=backend, ranks=ranks, positions=positions,
-                               keys_returned=keys_returned, group=group, client=_client(),
-                               declared=declared_chunks(keys, values, 0, nchunks),
-                               inputs=[chunk_inputs(keys, values, k, k + 1) for k in range(nchunks)],
-                               upload=_spec(backend).name == "cupy" and not is_cupy(keys._meta))
+    declared, inputs = [], []
+    for k, v in parts:
+        first = len(declared)
+        declared += [(first + i, *rest) for i, *rest in declared_chunks(k, v, 0, k.numblocks[0])]
+        inputs += [chunk_inputs(k, v, i, i + 1) for i in range(k.numblocks[0])]
+    on = collective.rank_graph(parts, descending=descending, backend=backend, ranks=ranks, positions=positions,
+                               keys_returned=keys_returned, group=group, client=_client(), declared=declared,
+                               inputs=inputs, upload=upload, presorted=presorted)
     out = _field(on.graph, on.name, 0, "sorted", sizes, keys._meta, keys.dtype, on.blocks, workers=group.workers)
     if on.value_dtype is None:
         return out, None

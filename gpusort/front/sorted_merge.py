@@ -32,14 +32,14 @@ co-rank is computed from it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort.arrays import is_cupy, joined, namespace, to_numpy
+from gpusort.arrays import in_order, is_cupy, joined, namespace, to_numpy
 from gpusort.backends import BackendSpec, Pair, backend_for, get_backend
 from gpusort.engine import graph, multikey
 from gpusort.front.api import SortOptions, as_dask
@@ -245,6 +245,9 @@ def _graph(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None, ch
     which decode to their exact bits; complex keys merge as composite order
     keys and carry themselves (and their values, as records).
     """
+    across = _on_ranks(spec, keys, values, chunk)
+    if across is not None:
+        return across
     runs = _runs(spec, keys, values)
     complex_keys = order.is_composite(spec.dtype)
     key_dtype = runs.okey_dtype if complex_keys else spec.dtype
@@ -255,6 +258,74 @@ def _graph(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None, ch
     if values is None:
         return carried, None
     return multikey.fields(carried, [spec.dtype, values[0].dtype])
+
+
+def _on_ranks(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None, chunk: int):
+    """The merge on the collectives between GPU workers, as the sort takes them; ``None`` where it does not.
+
+    The ranks take the inputs' chunks where they are, join each rank's
+    chunks of one input into runs and check them (:class:`Presorted`),
+    and go on as a sort does after its runs: splitters, one all-to-all,
+    one merge.  Host chunks merge as before (through one process), as do
+    complex keys.
+    """
+    method = graph.exchange_method()
+    if order.is_composite(spec.dtype) or method not in ("across", "collective") \
+            or (method == "across" and not is_cupy(keys[0]._meta)):
+        return None
+    group = graph.collective_group(keys[0], None if values is None else values[0], spec.backend,
+                                   forced=method == "collective")
+    if group is None:
+        return None
+    parts = [(k, None if values is None else values[s]) for s, k in enumerate(keys)]
+    sizes = tuple(tuple(int(c) for c in k.chunks[0]) for k in keys)
+    return graph.on_ranks(parts, descending=spec.descending, backend=spec.backend, chunk=chunk, group=group,
+                          presorted=Presorted(spec, sizes))
+
+
+@dataclass(frozen=True)
+class Presorted:
+    """How a rank makes a merge's runs (:mod:`gpusort.engine.collective`): an input's chunks joined and checked.
+
+    ``sizes``: the chunk lengths of ``a`` and of ``b``; chunk ``i`` of the
+    ranks' numbering is ``a``'s, then ``b``'s.  Each run is checked as
+    :func:`_run` checks one; the joins between runs on different ranks are
+    checked from every run's first and last keys (:meth:`check_joins`).
+    """
+
+    spec: _Merge
+    sizes: tuple[tuple[int, ...], tuple[int, ...]]
+
+    def _where(self, chunk: int) -> tuple[int, int, int]:
+        """(input, its chunk index, the position of the chunk's first key in that input)."""
+        side = int(chunk >= len(self.sizes[0]))
+        first = chunk - side * len(self.sizes[0])
+        return side, first, sum(self.sizes[side][:first])
+
+    def __call__(self, run: list[int], data: list) -> Pair:
+        """The run of chunks ``run`` (``data``: their keys and values, interleaved), checked, as order keys."""
+        side, first, start = self._where(run[0])
+        values = [v for v in data[1::2] if v is not None]
+        return _run(self.spec, side, first, list(self.sizes[side][first:first + len(run)]), start, False,
+                    *data[0::2], *values)
+
+    def check_joins(self, labels: Sequence[int], firsts: Sequence[Any], lasts: Sequence[Any]) -> None:
+        """Raise where a run's first order key comes before the last of the run before it in its input.
+
+        ``labels``: every run's first chunk, ascending; ``firsts`` and
+        ``lasts``: host arrays holding each run's first and last order key
+        (empty for an empty run).  Every rank raises alike.
+        """
+        before: list[Any] = [None, None]
+        for label, first, last in zip(labels, firsts, lasts):
+            if not len(last):
+                continue
+            side, _, start = self._where(label)
+            if before[side] is not None and not in_order(before[side], first[0]):
+                decoded = [order.decode(np.array([x]), self.spec.dtype, self.spec.descending, "float")
+                           for x in (before[side], first[0])]
+                _out_of_order(self.spec, side, start, *decoded)
+            before[side] = last[0]
 
 
 def _runs(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None) -> graph.Runs:
