@@ -15,6 +15,11 @@ Gkeys/s against GPUs.
 
     python workflows/multi_gpu_sort.py --keys 2**31 --chunks 64 --gpu-counts 1,2,4
     python workflows/multi_gpu_sort.py --keys 2**33 --chunks 512 --gpu-counts 4 --repeat 5 --protocol ucx
+    python workflows/multi_gpu_sort.py --merge --keys 2**32 --chunks 128 --gpu-counts 4   # merge two sorted halves
+
+With ``--merge`` the job is ``gpusort.merge`` of two sorted arrays of half
+the keys each, half the chunks each (chunk ``i`` of each holds sorted keys
+of the ``i``-th slice of the key range), checked against their union.
 
 Exit status 0 when every checked output is exact, 1 when not, 2 for a
 cluster this machine cannot start.
@@ -47,6 +52,7 @@ def main(argv=None) -> int:
                         help="sorts per GPU count, each of fresh keys; the first is the cold one (default: %(default)s)")
     parser.add_argument("--timeline", action="store_true",
                         help="print when each kind of task ran, per repetition (from the task stream)")
+    parser.add_argument("--merge", action="store_true", help="merge two sorted halves instead of sorting")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the keys (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder for the JSON and PNG (default: %(default)s)")
     runtime.add_options(parser, gpu=True)
@@ -84,6 +90,26 @@ def gpu_keys(n: int, chunk: int, seed: int):
     return da.map_blocks(_block, seed, chunks=(sizes,), dtype=np.int64, meta=cupy.empty(0, np.int64))
 
 
+def gpu_sorted_keys(n: int, chunk: int, seed: int):
+    """``n`` sorted random int64 keys in CuPy chunks of ``chunk``: chunk ``i`` holds the ``i``-th slice of the range."""
+    import cupy
+    import dask.array as da
+
+    sizes = tuple(min(chunk, n - s) for s in range(0, n, chunk))
+    return da.map_blocks(_sorted_block, seed, len(sizes), chunks=(sizes,), dtype=np.int64,
+                         meta=cupy.empty(0, np.int64))
+
+
+def _sorted_block(seed: int, nblocks: int, block_info=None):
+    import cupy
+
+    (i,), (size,) = block_info[None]["chunk-location"], block_info[None]["chunk-shape"]
+    width = 2**63 // nblocks
+    low = -2**62 + i * (width // 2)
+    keys = cupy.random.RandomState(seed * 100_003 + i).randint(low, low + width // 2, size=size, dtype=np.int64)
+    return cupy.sort(keys)
+
+
 def _block(seed: int, block_info=None):
     import cupy
 
@@ -92,15 +118,23 @@ def _block(seed: int, block_info=None):
 
 
 def sort_once(client, args: argparse.Namespace, seed: int, check: bool) -> dict:
-    """One timed sort of fresh keys already in GPU memory; checked with ``gpusort.verify`` if ``check``."""
+    """One timed sort (or ``--merge``) of fresh keys already in GPU memory; checked with ``gpusort.verify`` if ``check``."""
+    import dask.array as da
     from distributed import wait
 
     import gpusort
 
-    x = gpu_keys(args.keys, -(-args.keys // args.chunks), seed).persist()
-    wait(x)
+    chunk = -(-args.keys // args.chunks)
+    if args.merge:
+        half = args.keys // 2
+        a, b = (gpu_sorted_keys(m, chunk, s).persist() for m, s in ((half, seed), (args.keys - half, seed + 500_000)))
+        wait([a, b])
+        x = da.concatenate([a, b])
+    else:
+        x = gpu_keys(args.keys, chunk, seed).persist()
+        wait(x)
     start_wall, start = time.time(), time.perf_counter()
-    y = gpusort.sort(x)
+    y = gpusort.merge(a, b) if args.merge else gpusort.sort(x)
     built = time.perf_counter() - start
     y = y.persist()
     wait(y)
@@ -115,6 +149,8 @@ def sort_once(client, args: argparse.Namespace, seed: int, check: bool) -> dict:
     # Released, not cancelled: distributed's cancel asserts on a graph where
     # a task is reached from several cancelled keys (every rank reads every rank's launch).
     del x, y
+    if args.merge:
+        del a, b
     _drained(client)
     return {"seconds": seconds, "gkeys": args.keys / seconds / 1e9, "phases": phases, "verified": verified}
 
@@ -184,7 +220,7 @@ def summarize(runs: list[dict], baseline: float | None, n: int) -> list[dict]:
 
 
 def print_table(args: argparse.Namespace, table: list[dict], baseline: float | None) -> None:
-    print(f"gpusort multi-GPU sort: {args.keys} int64 keys ({args.keys * 8 / 2**30:.1f} GiB) in {args.chunks} "
+    print(f"gpusort multi-GPU {'merge' if args.merge else 'sort'}: {args.keys} int64 keys ({args.keys * 8 / 2**30:.1f} GiB) in {args.chunks} "
           f"CuPy chunks; cupy.sort on one GPU: " + (f"{baseline:.4f} s" if baseline else "not run"))
     print(f"  {'gpus':>4}  {'first s':>8}  {'warm s':>8}  {'Gkeys/s':>8}  {'vs 1 GPU':>8}  {'vs cupy':>8}  exact")
     for row in table:
