@@ -106,6 +106,7 @@ STEPS = {
     "exchange:merge": ("gpusort.engine.exchange", "SortRun", "_merge"),
     "collective:runs": ("gpusort.engine.collective", None, "_form_runs"),
     "collective:exchange": ("gpusort.engine.comms", "NcclComm", "exchange"),
+    "collective:merge": ("gpusort.engine.tasks", None, "merge_pieces"),
 }
 
 
@@ -476,11 +477,11 @@ def test_worker_killed_on_a_one_gpu_cluster(tmp_path, layer, index):
 @pytest.mark.gpu
 @pytest.mark.multi_gpu
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("layer, index", [("collective", 1), ("collective:runs", None),
-                                          ("collective:exchange", None)])
+@pytest.mark.parametrize("layer, index", [("launch", 1), ("collective", 1), ("collective:runs", None),
+                                          ("collective:exchange", None), ("collective:merge", None), ("sorted", 0)])
 def test_worker_killed_in_a_collective_sort_fails_clearly_then_sorts_again(tmp_path, layer, index):
-    """A GPU worker killed as its rank starts, forms its runs, or swaps: a clear error within a minute, never
-    a hang; then the next sort makes new communicators and is exact."""
+    """A GPU worker killed as its rank starts or is collected, forms its runs, swaps, merges, or cuts an output
+    chunk: a clear error within a minute, never a hang; then the next sort makes new communicators and is exact."""
     cupy = pytest.importorskip("cupy")
     dask_cuda = pytest.importorskip("dask_cuda")
     from gpusort.engine import comms
