@@ -118,10 +118,12 @@ def joined(parts: Sequence[Any], dtype: Any = None) -> Any:
     """
     held = [p for p in parts if len(p)]
     base = held[0].base if len(held) > 1 else None
-    if (base is not None and base.ndim == 1 and base.flags.c_contiguous
+    # The base must be an array of the parts' kind (a chunk unpickled by distributed has bytes for one).
+    if (base is not None and isinstance(base, type(held[0])) and base.ndim == 1 and base.flags.c_contiguous
             and (dtype is None or base.dtype == dtype)
             and all(p.base is base and p.ndim == 1 and p.flags.c_contiguous and p.dtype == base.dtype for p in held)
-            and all(_address(q) == _address(p) + p.nbytes for p, q in zip(held, held[1:]))):
+            and all(_address(q) == _address(p) + p.nbytes for p, q in zip(held, held[1:]))
+            and (_address(held[0]) - _address(base)) % base.itemsize == 0):
         start = (_address(held[0]) - _address(base)) // base.itemsize
         return base[start:start + sum(len(p) for p in held)]
     return concatenate(parts, dtype)

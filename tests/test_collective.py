@@ -208,6 +208,15 @@ def test_a_merge_input_out_of_order_where_ranks_meet_is_named(client):
         merged.compute()
 
 
+def test_a_merge_input_out_of_order_inside_a_later_rank_s_chunk_is_named(client):
+    """The rank that finds it is not rank 0: every rank raises its ValueError, whichever the client hears from."""
+    a = np.arange(30_000)
+    a[25_000] = -5
+    merged = gpusort.merge(da.from_array(a, chunks=10_000), da.from_array(np.arange(3), chunks=3))
+    with pytest.raises(ValueError, match=r"a is not sorted .*a\[25000\] = -5 comes after a\[24999\] = 24999"):
+        merged.compute()
+
+
 def test_output_chunks_fewer_than_workers(client):
     x = np.random.default_rng(4).integers(0, 9, 10_000)
     y = gpusort.sort(da.from_array(x, chunks=1_000), chunks=10_000)

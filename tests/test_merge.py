@@ -235,6 +235,29 @@ def test_unsorted_complex_rows_of_nans_get_the_not_sorted_error(chunks, swap):
         got.compute()
 
 
+def test_chunks_whose_memory_is_no_array_merge(tmp_path):
+    """Chunks that own no array's memory (as distributed unpickles datetimes: a ``bytes`` base) merge, exact."""
+    a, b = np.arange(5_001).astype("m8[s]"), np.arange(0, 6_006, 2).astype("m8[s]")
+    parts = [np.frombuffer(c.tobytes(), c.dtype) for c in np.array_split(a, 7)]
+    starts = np.cumsum([0] + [len(c) for c in parts])
+    A = da.concatenate([da.from_delayed(dask.delayed(lambda c: c)(c), (len(c),), c.dtype) for c in parts])
+    assert A.chunks[0] == tuple(np.diff(starts))
+    got = gpusort.merge(A, da.from_array(b, chunks=1_000)).compute(scheduler="sync")
+    both = np.concatenate([a, b])
+    np.testing.assert_array_equal(got, both[np.argsort(both, kind="stable")])
+
+
+def test_a_chunk_of_another_dtype_is_named():
+    """A chunk that loads another dtype than its array declares stops with the input's name, keys and values."""
+    a = da.from_array(np.arange(100), chunks=10).map_blocks(lambda c: c.astype(np.int32), dtype=np.int64)
+    with pytest.raises(ValueError, match="chunk 0 of a loaded dtype int32, but its dask array declares int64"):
+        gpusort.merge(a, da.arange(5, chunks=5)).compute(scheduler="sync")
+    v = da.from_array(np.arange(100.0), chunks=10).map_blocks(lambda c: c.astype(np.float32), dtype=np.float64)
+    with pytest.raises(ValueError, match="chunk 0 of the values of ka loaded dtype float32"):
+        dask.compute(*gpusort.merge_by_key(da.arange(100, chunks=10), v, da.arange(5, chunks=5),
+                                           da.zeros(5, chunks=5)), scheduler="sync")
+
+
 def test_building_the_graph_computes_nothing():
     def explode(block):
         raise AssertionError("a chunk was computed while only building the graph")

@@ -75,6 +75,10 @@ class CommError(RuntimeError):
     """A collective between workers failed: a peer failed, left, or did not answer in time."""
 
 
+#: Errors of a rank's input that every rank raises alike (:meth:`Collectives.agree`).
+_USER_ERRORS = {"ValueError": ValueError, "TypeError": TypeError}
+
+
 @dataclass(frozen=True)
 class Group:
     """The communicators of a cluster's workers: ``key`` names them, ``workers[r]`` holds rank ``r``.
@@ -270,14 +274,28 @@ class Collectives:
     # --- collectives ---
 
     def agree(self, failure: BaseException | None = None) -> None:
-        """Return once every rank got here well; raise on every rank where any of them failed."""
+        """Return once every rank got here well; raise on every rank where any of them failed.
+
+        A rank that failed on its input (a ``ValueError`` or ``TypeError``:
+        an unsorted merge input, a chunk that is not what it declares) has
+        every rank raise the same error, so that the user reads it whichever
+        rank the client hears from; other failures are named, and raised
+        where they happened.
+        """
         flags = self.all_gather(np.array([failure is not None], np.uint8), [1] * self.size)
         failed = [r for r, f in enumerate(flags) if f[0]]
+        if not failed:
+            return
+        first = failed[0]
+        said = f"{type(failure).__name__}\0{failure}".encode() if self.rank == first else b""
+        sizes = self.all_gather(np.array([len(said)], np.int64).view(np.uint8), [8] * self.size)
+        nbytes = [int(sizes[r].view(np.int64)[0]) if r == first else 0 for r in range(self.size)]
+        kind, _, text = bytes(self.all_gather(np.frombuffer(said, np.uint8), nbytes)[first]).decode().partition("\0")
         if failure is not None:
             raise failure
-        if failed:
-            raise CommError(f"rank {failed[0]} of the sort (worker {self.workers[failed[0]]}) failed; "
-                            "its own error is raised there")
+        if kind in _USER_ERRORS:
+            raise _USER_ERRORS[kind](text)
+        raise CommError(f"rank {first} of the sort (worker {self.workers[first]}) failed ({kind}: {text})")
 
     def all_gather(self, mine: np.ndarray, nbytes: Sequence[int]) -> list[np.ndarray]:
         """Every rank's bytes (``nbytes[r]`` of rank ``r``; ``mine`` this rank's), as uint8 host arrays."""

@@ -275,12 +275,12 @@ def _on_ranks(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None,
         return None
     group = graph.collective_group(keys[0], None if values is None else values[0], spec.backend,
                                    forced=method == "collective")
-    if group is None:
-        return None
+    if group is None or (group.kind == "nccl" and not is_cupy(keys[0]._meta)):
+        return None  # NCCL moves GPU memory: host chunks merge through one process
     parts = [(k, None if values is None else values[s]) for s, k in enumerate(keys)]
     sizes = tuple(tuple(int(c) for c in k.chunks[0]) for k in keys)
     return graph.on_ranks(parts, descending=spec.descending, backend=spec.backend, chunk=chunk, group=group,
-                          presorted=Presorted(spec, sizes))
+                          presorted=Presorted(spec, sizes, None if values is None else np.dtype(values[0].dtype)))
 
 
 @dataclass(frozen=True)
@@ -295,6 +295,7 @@ class Presorted:
 
     spec: _Merge
     sizes: tuple[tuple[int, ...], tuple[int, ...]]
+    value_dtype: np.dtype | None = None
 
     def _where(self, chunk: int) -> tuple[int, int, int]:
         """(input, its chunk index, the position of the chunk's first key in that input)."""
@@ -307,7 +308,7 @@ class Presorted:
         side, first, start = self._where(run[0])
         values = [v for v in data[1::2] if v is not None]
         return _run(self.spec, side, first, list(self.sizes[side][first:first + len(run)]), start, False,
-                    *data[0::2], *values)
+                    self.value_dtype, *data[0::2], *values)
 
     def check_joins(self, labels: Sequence[int], firsts: Sequence[Any], lasts: Sequence[Any]) -> None:
         """Raise where a run's first order key comes before the last of the run before it in its input.
@@ -358,7 +359,8 @@ def _runs(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None) -> 
             inputs = [kblocks[c] for c in before + list(range(a, b))]
             if vblocks is not None:
                 inputs += vblocks[a:b]
-            dsk[(name, len(lengths))] = (_run, spec, s, a, sizes[a:b], starts[a], bool(before), *inputs)
+            dsk[(name, len(lengths))] = (_run, spec, s, a, sizes[a:b], starts[a], bool(before),
+                                         None if values is None else values[s].dtype, *inputs)
             lengths.append(starts[b] - starts[a])
     if layout is not None:
         okey_dtype = layout.dtype
@@ -372,18 +374,20 @@ def _runs(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None) -> 
                       okey_dtype, value_dtype, meta, element, "float")
 
 
-def _run(spec: _Merge, side: int, first: int, sizes: list[int], start: int, after: bool, *chunks: Any) -> Pair:
+def _run(spec: _Merge, side: int, first: int, sizes: list[int], start: int, after: bool, vdtype: np.dtype | None,
+         *chunks: Any) -> Pair:
     """Consecutive chunks ``first, first + 1, …`` of input ``side`` (from position ``start``) as one run.
 
     ``chunks`` are the chunk before (when ``after``), the run's key chunks,
-    then their values' chunks, if any.  Each chunk's length is checked, and
-    the order of every key, the join with the chunk before included; the
-    run is its order keys and what they carry (:func:`_runs`).
+    then their values' chunks (of ``vdtype``), if any.  Each chunk's length
+    and dtype is checked, and the order of every key, the join with the
+    chunk before included; the run is its order keys and what they carry
+    (:func:`_runs`).
     """
     before = chunks[0][-1:] if after else None
     parts = chunks[int(after):int(after) + len(sizes)]
     for c, (size, chunk) in enumerate(zip(sizes, parts)):
-        _check_length(spec.names[side], first + c, size, chunk)
+        _check_chunk(spec.names[side], first + c, size, spec.dtype, chunk)
     keys = joined(parts, spec.dtype)  # runs are read, never written: chunks cut from one array stay put
     okeys = spec.okeys(keys)
     pieces, encoded, at = [keys], [okeys], [start]
@@ -391,7 +395,9 @@ def _run(spec: _Merge, side: int, first: int, sizes: list[int], start: int, afte
         pieces, encoded, at = [before, keys], [spec.okeys(before), okeys], [start - 1, start]
     _check_sorted(spec, side, pieces, encoded, at)
     vparts = chunks[int(after) + len(sizes):]
-    values = joined(vparts, vparts[0].dtype) if vparts else None
+    for c, (size, chunk) in enumerate(zip(sizes, vparts)):
+        _check_chunk(f"the values of {spec.names[side]}", first + c, size, vdtype, chunk)
+    values = joined(vparts, vdtype) if vparts else None
     if order.is_composite(spec.dtype):  # composite keys do not decode: the keys travel as values, with theirs
         return okeys, keys if values is None else multikey.record_rows(keys, values)
     if spec.dtype.kind == "f":  # "tied" keys checked the order; "float" keys keep every bit through the merge
@@ -399,11 +405,14 @@ def _run(spec: _Merge, side: int, first: int, sizes: list[int], start: int, afte
     return okeys, values
 
 
-def _check_length(name: str, c: int, size: int, chunk: Any) -> None:
-    """The co-ranks trust the declared chunk lengths: a chunk that loads another length stops here."""
+def _check_chunk(name: str, c: int, size: int, dtype: np.dtype, chunk: Any) -> None:
+    """The co-ranks trust the declared chunk lengths and dtypes: a chunk that loads others stops here."""
     if len(chunk) != size:
         raise ValueError(f"chunk {c} of {name} loaded {len(chunk)} elements, but its dask array declares "
                          f"{size}: fix the source of that chunk, or declare the array's real chunks")
+    if not np.can_cast(chunk.dtype, dtype, "equiv"):
+        raise ValueError(f"chunk {c} of {name} loaded dtype {chunk.dtype}, but its dask array declares {dtype}: "
+                         "fix the source of that chunk, or declare the array's real dtype")
 
 
 def _check_sorted(spec: _Merge, side: int, raw: list, okeys: list, at: list[int]) -> None:
