@@ -54,7 +54,10 @@ class Sabotage(WorkerPlugin):
         self.patched = {}
         for step, (module, owner, name) in STEPS.items():
             target = _target(module, owner)
-            real = self.patched[step] = getattr(target, name)
+            current = getattr(target, name)
+            # A plugin whose teardown never ran (its worker restarting as it was unregistered) left its
+            # wrapper, which would still fire from its own arms: wrap the real function, not that.
+            real = self.patched[step] = getattr(current, "sabotaged", current)
             setattr(target, name, self._armed(step, real))
 
     def teardown(self, worker):
@@ -76,6 +79,7 @@ class Sabotage(WorkerPlugin):
             def wrapper(*args, **kwargs):
                 self.fire(step, None, step)
                 return real(*args, **kwargs)
+        wrapper.sabotaged = real
         return wrapper
 
     def transition(self, key, start, finish, **kwargs):
