@@ -136,11 +136,19 @@ def worker_pids(client: Client) -> set[int]:
     return set(client.run(os.getpid).values())
 
 
-def wait_idle(cluster: LocalCluster, workers: int = 2, timeout: float = 30) -> None:
-    """Until ``workers`` workers are up and the scheduler holds no task at all."""
+def wait_idle(cluster: LocalCluster, workers: int = 2, timeout: float = 90) -> None:
+    """Until the scheduler's workers are exactly ``workers`` live ones, and it holds no task at all.
+
+    A worker a test killed comes back through its nanny, and the scheduler
+    learns of the death on its own time: on a loaded machine (two cores,
+    another test process beside) it can still list the dead worker, beside
+    no replacement yet, when the next test starts -- whose tasks then "die"
+    with it.  So the scheduler's workers must be the nannies' live ones.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not cluster.scheduler.tasks and len(cluster.scheduler.workers) == workers:
+        live = {n.worker_address for n in list(cluster.workers.values()) if n.is_alive()}
+        if not cluster.scheduler.tasks and set(cluster.scheduler.workers) == live and len(live) == workers:
             return
         time.sleep(0.05)
     states = sorted({ts.state for ts in cluster.scheduler.tasks.values()})
