@@ -556,30 +556,32 @@ def _gone(workers: Sequence[str]) -> str:
     for nothing.  Outside a worker, or with no scheduler to ask, the
     timeout still applies.
     """
-    from distributed import get_worker
-    from distributed.utils import sync
-
-    try:
-        worker = get_worker()
-        lost, wanted = sync(worker.loop, worker.scheduler.gpusort_alive, workers=list(workers),
-                            keys=getattr(_acting, "keys", None))
-    except Exception:
+    answer = _alive(workers, getattr(_acting, "keys", None))
+    if answer is None:
         return ""
+    lost, held = answer
     if lost:
         return f"worker {lost} left the cluster"
-    return "" if wanted else "the sort was cancelled"
+    return "" if held else "the sort was cancelled"
 
 
 def wanted(key: Any) -> bool | None:
     """Whether the scheduler still holds task ``key`` (not failed); ``None`` where it cannot be asked."""
+    answer = _alive([], [key])
+    return None if answer is None else bool(answer[1])
+
+
+def _alive(workers: Sequence[str], keys: Sequence[Any] | None) -> tuple[str | None, bool] | None:
+    """:meth:`Placement.alive` asked from this worker; ``None`` outside a worker, or with no scheduler to ask."""
     from distributed import get_worker
     from distributed.utils import sync
 
     try:
         worker = get_worker()
-        return bool(sync(worker.loop, worker.scheduler.gpusort_alive, workers=[], keys=[key])[1])
+        lost, held = sync(worker.loop, worker.scheduler.gpusort_alive, workers=list(workers), keys=keys)
     except Exception:
         return None
+    return lost, held
 
 
 # --- on the client ------------------------------------------------------------------------------

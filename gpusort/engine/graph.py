@@ -440,8 +440,9 @@ def sort(
             keys, values, backend, forced=method == "collective", positions=positions, descending=descending,
             keys_returned=keys_returned)
         if group is not None:
-            return _sort_on_ranks(keys, values, descending=descending, backend=backend, chunk=chunk,
-                                  positions=positions, keys_returned=keys_returned, group=group)
+            return on_ranks([(keys, values)], descending=descending, backend=backend, chunk=chunk,
+                            positions=positions, keys_returned=keys_returned, group=group,
+                            upload=_spec(backend).name == "cupy" and not is_cupy(keys._meta))
         return _sort_across_workers(keys, values, descending=descending, backend=backend, chunk=chunk,
                                     positions=positions, keys_returned=keys_returned)
     if whole_on_gpu(keys, values, backend, positions, descending, keys_returned):
@@ -506,21 +507,18 @@ def ranks_hold(keys: da.Array, values: da.Array | None, spec: BackendSpec, nrank
         return False
     lengths = [int(c) for c in keys.chunks[0]]
     owner = collective.place(lengths, 1, [None] * len(lengths), nranks)
-    share = max(np.bincount(owner, weights=lengths, minlength=nranks).max(), 1)
-    vb = 8 if positions else 0 if values is None else values.dtype.itemsize
-    scheme = order.scheme_for(values is not None or positions, keys_returned)
-    need = plan.whole_bytes(int(share), keys.dtype.itemsize, vb, order.encode_temporaries(keys.dtype, descending, scheme))
+    share = int(max(np.bincount(owner, weights=lengths, minlength=nranks).max(), 1))
+    need = _step_bytes(share, keys, values, positions, descending, keys_returned)
     budget = spec.gpu_memory_budget if spec.gpu_memory_budget is not None else default_budget_seen()
     return need <= budget * plan.PLAN_FRACTION
 
 
-def _sort_on_ranks(keys: da.Array, values: da.Array | None, *, descending: bool, backend: Any,
-                   chunk: int | tuple[int, ...], positions: bool, keys_returned: bool, group: comms.Group
-                   ) -> tuple[da.Array, da.Array | None]:
-    """:func:`sort` as one task per worker of ``group`` (:mod:`gpusort.engine.collective`); output chunks views of their rank's block."""
-    return on_ranks([(keys, values)], descending=descending, backend=backend, chunk=chunk, positions=positions,
-                    keys_returned=keys_returned, group=group,
-                    upload=_spec(backend).name == "cupy" and not is_cupy(keys._meta))
+def _step_bytes(n: int, keys: da.Array, values: da.Array | None, positions: bool, descending: bool,
+                keys_returned: bool) -> int:
+    """The GPU memory one step that takes ``n`` of these keys (and values) up, sorts them and down holds."""
+    vb = 8 if positions else 0 if values is None else values.dtype.itemsize
+    scheme = order.scheme_for(values is not None or positions, keys_returned)
+    return plan.whole_bytes(n, keys.dtype.itemsize, vb, order.encode_temporaries(keys.dtype, descending, scheme))
 
 
 def on_ranks(parts: list[tuple[da.Array, da.Array | None]], *, descending: bool, backend: Any,
@@ -581,10 +579,7 @@ def whole_on_gpu(keys: da.Array, values: da.Array | None, backend: Any, position
     if values is not None and (values.ndim != 1 or values.dtype.itemsize not in MOVABLE_VALUE_BYTES
                                or not values.dtype.isnative):
         return False
-    vb = 8 if positions else 0 if values is None else values.dtype.itemsize
-    scheme = order.scheme_for(values is not None or positions, keys_returned)
-    need = plan.whole_bytes(int(keys.shape[0]), keys.dtype.itemsize, vb,
-                            order.encode_temporaries(keys.dtype, descending, scheme))
+    need = _step_bytes(int(keys.shape[0]), keys, values, positions, descending, keys_returned)
     if spec.gpu_memory_budget is None:
         return need <= WHOLE_DEFAULT_BYTES or need <= default_budget_seen() * plan.PLAN_FRACTION
     return need <= spec.gpu_memory_budget * plan.PLAN_FRACTION
