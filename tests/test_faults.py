@@ -167,8 +167,10 @@ def wait_quiet(cluster: LocalCluster, timeout: float = 30) -> None:
     raise AssertionError("tasks still running 30 s after the error")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster():
+    # One per test: a worker that a test killed, and that its nanny has not brought back (or the
+    # scheduler not yet forgotten) on a loaded machine, must not die again in the next test.
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
         yield cluster
 
