@@ -58,13 +58,14 @@ def test_graph_is_two_tasks_per_worker_and_a_view_per_chunk(client):
     x = da.random.default_rng(1).integers(0, 2**40, 200_000, chunks=1_000)
     y = gpusort.sort(x, chunks=2_000)
     counts = tasks_of(y)
-    assert counts["launch"] == 3 and counts["collective"] == 3 and counts["sorted"] == 100
+    assert counts["launch"] == 3 and counts["collective"] == 3 and counts["output"] == 100
     assert y.chunks == ((2_000,) * 100,)
-    # Once the sort has ended nothing crosses workers: a view reads its own rank's block alone, on its worker.
+    # Nothing crosses workers after the sort: a view awaits its own rank's block alone, on its worker's event loop.
     graph = dict(y.__dask_graph__())
     for key in y.__dask_keys__():
         (dep,) = graph[key].dependencies
         assert dep[0].startswith("collective-") and graph[dep].worker == graph[key].worker
+        assert graph[key].is_coro and graph[dep].is_coro
     # Every rank's collective task reads every rank's launch task: any part of the result starts them all.
     collectives = [k for k in graph if k[0].startswith("collective-")]
     for k in collectives:

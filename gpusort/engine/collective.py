@@ -30,15 +30,20 @@ instead of leaving the others waiting.
 The graph (:func:`rank_graph`) has two tasks per rank and one view per
 output chunk.  Rank ``r``'s ``launch-`` task starts its part of the sort in a
 thread of its own and ends at once; its ``collective-`` task reads every
-rank's ``launch-`` task and waits for its own rank's sort to end; output
-chunk ``j`` is a view of its rank's block.  Computing any part of the result
-so starts every rank (a rank alone would wait for the others), and yet no
-chunk waits for another worker once the sort has ended: the cross-worker
-reads of the tiny ``launch-`` results happen while the ranks sort.
+rank's ``launch-`` task and hands on the rank's :class:`Block` to come;
+output chunk ``j`` is a view of its rank's block, a coroutine on its
+worker's event loop that awaits the block.  Computing any part of the
+result so starts every rank (a rank alone would wait for the others), and
+the views reach their workers while the ranks sort: once a rank's block is
+there its views cost no round trip to the scheduler and no hop to a thread
+of the pool, which is most of what a Dask task costs (on a 2×H200 host, 64
+views of blocks that come 0.1 s later took 57 ms past them as thread tasks
+after the block, 41 ms as waiting coroutines; 256 views 185 and 103 ms).
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextvars
 import threading
@@ -183,14 +188,40 @@ class Launched:
     token: str
     rank: int
 
-    def result(self) -> Pair:
-        """The rank's merged block, once its sort has ended (its error, where it failed)."""
+    def block(self) -> "Block":
+        """The rank's merged block to come, taken out of this process's table of running sorts."""
         with _launched_lock:
             future = _launched.pop((self.token, self.rank), None)
         if future is None:
             raise comms.CommError(f"rank {self.rank} of sort {self.token} did not run in this worker process (it "
                                   "restarted, or the rank's result was read already); compute the sort again")
-        return future.result()
+        return Block(future)
+
+
+class Block:
+    """A rank's merged block, to come: what its ``collective-`` task hands its views.
+
+    Dask holds it while any view of the rank still has to run, and lets go
+    of it, and of the block, after the last: the views' own results are the
+    block's memory from then on.  It lives in its worker's process only.
+    """
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: concurrent.futures.Future):
+        self.future = future
+
+    async def pair(self) -> Pair:
+        """The merged keys and values, once the rank's sort has ended (its error, where it failed)."""
+        if not self.future.done():
+            await asyncio.wrap_future(self.future)
+        return self.future.result()
+
+    def __sizeof__(self) -> int:
+        return 64  # the views account for the block's bytes, each for its own
+
+    def __reduce__(self):
+        raise TypeError("a rank's Block stays in its worker's process (a view of it moves instead)")
 
 
 def launch(plan: Plan, rank: int, *data: Any) -> Launched:
@@ -225,14 +256,18 @@ def launch(plan: Plan, rank: int, *data: Any) -> Launched:
     return Launched(plan.token, rank)
 
 
-def collect(rank: int, started: Sequence[Launched]) -> Pair:
-    """Rank ``rank``'s ``collective-`` task: its merged block, once its sort has ended.
+async def collect(rank: int, started: Sequence[Launched]) -> Block:
+    """Rank ``rank``'s ``collective-`` task: its :class:`Block`, at once.
 
-    It runs once every rank's ``launch-`` task has, so it never waits for a
-    rank that has not started: its worker thread is held for the sort's
-    time, as by any task that computes.
+    It runs once every rank's ``launch-`` task has, so a view that awaits
+    the block never waits for a rank that has not started.
     """
-    return started[rank].result()
+    return started[rank].block()
+
+
+async def view(block: Block, field: int, start: int, stop: int) -> Any:
+    """Output chunk ``[start, stop)`` of field ``field`` (keys 0, values 1) of a rank's block, once it is there."""
+    return (await block.pair())[field][start:stop]
 
 
 def _cut_at(ids: list[int], bounds: Sequence[int]) -> list[list[int]]:

@@ -131,8 +131,9 @@ def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[in
     With ``blocks`` (chunk ranges ``[a, b)``, one per task), task ``b``
     computes several consecutive chunks and chunk ``i`` is a view of it;
     ``decoded`` (:func:`gpusort.keys.order.decode`'s arguments after the keys)
-    decodes each chunk from order keys as it is cut.  ``workers[b]``: the worker that computes task ``b``, where its views
-    are pinned (:class:`gpusort.engine.comms.PinnedTask`).
+    decodes each chunk from order keys as it is cut.  ``workers[b]``: rank ``b``'s worker, where task ``b``
+    hands on a :class:`gpusort.engine.collective.Block` and its views, pinned there
+    (:class:`gpusort.engine.comms.PinnedTask`), await it.
     """
     out = f"{label}-{tokenize(name, field, decoded, chunks, blocks)}"
     # Task objects, not tuples: an output chunk a task, tens of thousands of
@@ -143,10 +144,10 @@ def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[in
     else:
         starts = np.concatenate(([0], np.cumsum(chunks[0]))).tolist()
         def view(t: int, i: int, a: int) -> Task:
-            args = (_cut, TaskRef((name, t)), field, starts[i] - starts[a], starts[i + 1] - starts[a], decoded)
+            bounds = (starts[i] - starts[a], starts[i + 1] - starts[a])
             if workers is None:
-                return Task((out, i), *args)
-            return comms.PinnedTask((out, i), *args, worker=workers[t])
+                return Task((out, i), _cut, TaskRef((name, t)), field, *bounds, decoded)
+            return comms.PinnedTask((out, i), collective.view, TaskRef((name, t)), field, *bounds, worker=workers[t])
 
         dsk = {(out, i): view(t, i, a) for t, (a, b) in enumerate(blocks) for i in range(a, b)}
     return da.Array(extend(graph, out, dsk, name), out, chunks, meta=meta_from_array(meta, ndim=1, dtype=dtype))
@@ -540,10 +541,11 @@ def on_ranks(parts: list[tuple[da.Array, da.Array | None]], *, descending: bool,
     on = collective.rank_graph(parts, descending=descending, backend=backend, ranks=ranks, positions=positions,
                                keys_returned=keys_returned, group=group, client=_client(), declared=declared,
                                inputs=inputs, upload=upload, presorted=presorted)
-    out = _field(on.graph, on.name, 0, "sorted", sizes, keys._meta, keys.dtype, on.blocks, workers=group.workers)
+    # "output", as P2P's output tasks: a view waits for its rank's merge, and no phase counts that wait.
+    out = _field(on.graph, on.name, 0, "output", sizes, keys._meta, keys.dtype, on.blocks, workers=group.workers)
     if on.value_dtype is None:
         return out, None
-    return out, _field(on.graph, on.name, 1, "sorted-values", sizes, keys._meta, on.value_dtype, on.blocks,
+    return out, _field(on.graph, on.name, 1, "output-values", sizes, keys._meta, on.value_dtype, on.blocks,
                        workers=group.workers)
 
 
