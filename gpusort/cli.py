@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpusort import runtime
+from gpusort.backends import BACKENDS
 
 _MAKE_KEYS = (
     "python -c \"import numpy as np, zarr; zarr.create_array('keys.zarr', "
@@ -179,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu-memory-budget", type=runtime.size, metavar="SIZE",
         help="the most GPU memory each worker's sort steps may hold (e.g. 8GiB); with --backend cupy",
     )
-    sort.add_argument("--backend", choices=("numpy", "cupy"),
+    sort.add_argument("--backend", choices=BACKENDS,
                       help="where runs are sorted and merged (default: cupy where a GPU is seen, else numpy)")
     sort.add_argument("--argsort-dst", metavar="PATH",
                       help="also write the stable int64 positions that sort SRC to this Zarr array")

@@ -28,8 +28,8 @@ from typing import Any
 import dask
 import numpy as np
 
-from gpusort.arrays import is_cupy, to_numpy
-from gpusort.backends import get_backend
+from gpusort.arrays import to_numpy
+from gpusort.backends import backend_where, get_backend, on_device
 from gpusort.front.api import check_flag
 from gpusort.keys import order
 from gpusort.zarr_io import as_dask_array, compute
@@ -178,8 +178,8 @@ class _ChunkFacts:
 
 def _scan_chunk(block: Any, descending: bool | None, device: str) -> tuple[int, int | None]:
     """A backend's ``scan`` of ``block`` wherever ``device`` puts it: its GPU, a GPU of this worker, or the CPU."""
-    if is_cupy(block):
-        return get_backend("cupy").scan(block, descending)  # on its own GPU
+    if on_device(block):
+        return get_backend(backend_where(True)).scan(block, descending)  # on its own GPU
     # CuPy has neither datetimes nor byte-swapped dtypes: those stay on the CPU.
     movable = block.dtype.isnative and block.dtype.kind not in "mM"
     if device == "gpu" and not _gpu_here():
@@ -188,7 +188,7 @@ def _scan_chunk(block: Any, descending: bool | None, device: str) -> tuple[int, 
         raise ValueError(f"device='gpu' checks on a GPU, and this worker has none: {runtime.gpus()[1]}; "
                          "use device='auto' (a GPU where there is one) or device='cpu'")
     on_gpu = movable and (device == "gpu" or (device == "auto" and _gpu_here()))
-    return get_backend("cupy" if on_gpu else "numpy").scan(block, descending)
+    return get_backend(backend_where(on_gpu)).scan(block, descending)
 
 
 @functools.cache

@@ -68,8 +68,8 @@ import zarr
 from dask.base import tokenize
 from dask.system import CPU_COUNT
 
-from gpusort.arrays import is_cupy, to_numpy
-from gpusort.backends import BackendSpec
+from gpusort.arrays import to_numpy
+from gpusort.backends import BackendSpec, on_device
 from gpusort.engine import graph
 from gpusort.engine.graph import Runs, form_runs
 from gpusort.engine.tasks import merge_pieces
@@ -501,7 +501,7 @@ def as_dask_array(a: Any, argname: str) -> da.Array:
     if isinstance(a, zarr.Array):
         a = da.from_array(_NamedReads(a, argname), chunks=a.chunks, name="from-zarr-" + tokenize(a),
                           meta=np.empty(0, a.dtype))
-    if is_cupy(a) or isinstance(a, (np.ndarray, list, tuple)) or hasattr(a, "__array__"):
+    if on_device(a) or isinstance(a, (np.ndarray, list, tuple)) or hasattr(a, "__array__"):
         a = as_dask(a, argname)
     if not isinstance(a, da.Array):
         raise TypeError(

@@ -1,6 +1,6 @@
 """Host communicators for a cluster of threads: the collective sort's engine tested without a GPU.
 
-A test double of NCCL's transport (:class:`gpusort.engine.comms.NcclComm`): the
+A test double of NCCL's transport (:class:`gpusort.engine.nccl.NcclComm`): the
 workers of a ``LocalCluster(processes=False)`` share this process, so each
 collective call is a rendezvous of the ranks' threads at a shared table, and
 arrays are copied from the senders' lists into the receivers' (through host

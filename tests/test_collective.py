@@ -18,7 +18,7 @@ from distributed import Client, LocalCluster, wait
 
 import gpusort
 import hostcomms
-from gpusort.engine import collective, comms
+from gpusort.engine import collective, comms, nccl
 from gpusort.keys import corank, order
 from reference import assert_sorts_exact, make_keys, sorts_of
 
@@ -277,7 +277,7 @@ def test_a_failing_rank_fails_the_sort_everywhere(client):
 
 
 def test_communicators_of_the_cluster_are_found_again(client):
-    group = comms.ensure(client)
+    group = nccl.ensure(client)
     assert group is not None and group.kind == "host" and len(group.workers) == 3
 
 
@@ -292,13 +292,13 @@ def test_an_aborted_communicator_is_forgotten_by_the_scheduler():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
         with Client(cluster) as c:
             group = hostcomms.install(c)
-            assert comms.ensure(c) == group
+            assert nccl.ensure(c) == group
             c.submit(_abort_here, group.key, workers=[group.workers[1]], pure=False).result()
             deadline = time.monotonic() + 10
             while c.run_on_scheduler(comms._known)["group"] is not None:
                 assert time.monotonic() < deadline, "the scheduler still holds the aborted communicators"
                 time.sleep(0.01)
-            assert comms.ensure(c) is None  # asked again: host workers have no NCCL to make new ones with
+            assert nccl.ensure(c) is None  # asked again: host workers have no NCCL to make new ones with
 
 
 @pytest.mark.parametrize("n, chunk, nranks", [(100, 10, 4), (10, 10, 3), (7, 1, 2), (1_000, 999, 4)])

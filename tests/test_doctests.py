@@ -26,6 +26,8 @@ MODULES = [
     "gpusort.cuda.build", "gpusort.cuda.tuning", "gpusort.keys.order", "gpusort.warmup",
     "gpusort.runtime.clusters", "gpusort.runtime.options", "gpusort.runtime.record",
     "gpusort.front.sorted_merge", "gpusort.keys.text", "gpusort.verification", "gpusort.zarr_io", "harness",
+    "gpusort.engine.collective", "gpusort.engine.comms", "gpusort.engine.nccl", "gpusort.engine.exchange",
+    "gpusort.engine.along", "gpusort.engine.select", "gpusort.engine.multikey",
 ]
 
 

@@ -109,7 +109,7 @@ STEPS = {
     "exchange:swap": ("gpusort.engine.exchange", "SortRun", "_swap"),
     "exchange:merge": ("gpusort.engine.exchange", "SortRun", "_merge"),
     "collective:runs": ("gpusort.engine.collective", None, "_form_runs"),
-    "collective:exchange": ("gpusort.engine.comms", "NcclComm", "exchange"),
+    "collective:exchange": ("gpusort.engine.nccl", "NcclComm", "exchange"),
     "collective:merge": ("gpusort.engine.tasks", None, "merge_pieces"),
 }
 
@@ -498,13 +498,13 @@ def test_worker_killed_in_a_collective_sort_fails_clearly_then_sorts_again(tmp_p
     chunk: a clear error within a minute, never a hang; then the next sort makes new communicators and is exact."""
     cupy = pytest.importorskip("cupy")
     dask_cuda = pytest.importorskip("dask_cuda")
-    from gpusort.engine import comms
+    from gpusort.engine import nccl
 
     gpus = cupy.cuda.runtime.getDeviceCount()
     with dask_cuda.LocalCUDACluster(n_workers=gpus, dashboard_address=":0") as cluster, Client(cluster) as client:
         client.register_plugin(Sabotage(str(tmp_path)), name="sabotage")
         run, x, want = _sort_on_cuda_cluster(client, cupy, 13)
-        first = comms.ensure(client)
+        first = nccl.ensure(client)
         assert first is not None and first.kind == "nccl", "NCCL communicators between the GPU workers"
         (marker,) = arm(tmp_path, layer, index)
         start = time.monotonic()
@@ -514,7 +514,7 @@ def test_worker_killed_in_a_collective_sort_fails_clearly_then_sorts_again(tmp_p
         fired_pid(marker)
         client.wait_for_workers(gpus, timeout=120)
         sk, sv = _sort_on_cuda_cluster(client, cupy, 13)[0]()
-        assert comms.ensure(client).key != first.key, "new communicators after the loss"
+        assert nccl.ensure(client).key != first.key, "new communicators after the loss"
         np.testing.assert_array_equal(cupy.asnumpy(sv), want)
         np.testing.assert_array_equal(cupy.asnumpy(sk), x[want])
 

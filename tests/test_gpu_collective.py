@@ -18,7 +18,7 @@ dask_cuda = pytest.importorskip("dask_cuda")
 from distributed import Client, wait  # noqa: E402
 
 import gpusort  # noqa: E402
-from gpusort.engine import comms  # noqa: E402
+from gpusort.engine import nccl  # noqa: E402
 from reference import assert_sorts_exact, make_keys, sorts_of  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multi_gpu, pytest.mark.timeout(300)]
@@ -98,7 +98,7 @@ def test_persisted_chunks_sort_in_place_five_times(client):
         y = gpusort.sort(x).persist()
         wait(y)
         assert gpusort.verify(x, y).ok
-        keys.append(comms.ensure(client).key)
+        keys.append(nccl.ensure(client).key)
         del x, y
     assert len(set(keys)) == 1, "communicators are made once and kept"
 

@@ -133,6 +133,11 @@ class BackendSpec:
     name: str
     gpu_memory_budget: int | None = None
 
+    @property
+    def device(self) -> bool:
+        """Whether this backend sorts in GPU memory."""
+        return self.name == backend_where(True)
+
     def __post_init__(self):
         if self.name not in BACKENDS:
             raise ValueError(f"backend={self.name!r} is not known; use one of {BACKENDS}")
@@ -158,9 +163,28 @@ def backend_spec(name: str, gpu_memory_budget: int | None = None) -> str | Backe
     return name if gpu_memory_budget is None else BackendSpec(name, gpu_memory_budget)
 
 
+def on_device(x: Any) -> bool:
+    """Whether array ``x`` (a chunk, or a Dask array's ``_meta``) lives in GPU memory: the CuPy backend's.
+
+    The layers above ask this, not which library made an array.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> on_device(np.empty(3)), backend_for(np.empty(0))
+    (False, 'numpy')
+    """
+    return is_cupy(x)
+
+
+def backend_where(device: bool) -> str:
+    """The backend whose memory is the GPU's (``device``) or the host's."""
+    return "cupy" if device else "numpy"
+
+
 def backend_for(meta: Any) -> str:
-    """The backend that matches a chunk type: CuPy chunks sort on the GPU."""
-    return "cupy" if is_cupy(meta) else "numpy"
+    """The backend that matches a chunk type: chunks in GPU memory sort on the GPU."""
+    return backend_where(on_device(meta))
 
 
 #: Value widths (bytes) the GPU kernels move with their keys, the widths they

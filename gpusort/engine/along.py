@@ -42,8 +42,8 @@ from dask.array.utils import meta_from_array
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort.arrays import is_cupy, namespace
-from gpusort.backends import backend_for, get_backend
+from gpusort.arrays import namespace
+from gpusort.backends import backend_for, get_backend, on_device
 from gpusort.engine import graph, multikey
 from gpusort.keys import composite, order
 
@@ -67,7 +67,7 @@ def sort_along(keys: Sequence[da.Array], axis: int, *, descending: bool, positio
     else:
         element = sum(k.dtype.itemsize for k in moved) + (8 if positions else 0)
         block_bytes = x.size / math.prod(x.numblocks) * element
-        task = graph.task_bytes(int(x.size * element), is_cupy(x._meta))
+        task = graph.task_bytes(int(x.size * element), on_device(x._meta))
         row_bytes = x.shape[-1] * element
         if row_bytes <= max(task, ROW_BLOCKS * block_bytes):
             if axis % x.ndim != x.ndim - 1:

@@ -57,8 +57,8 @@ from dask._task_spec import List, TaskRef
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort.arrays import copy_into, is_cupy, module, synchronize, to_numpy
-from gpusort.backends import Pair, get_backend
+from gpusort.arrays import copy_into, module, synchronize, to_numpy
+from gpusort.backends import Pair, get_backend, on_device
 from gpusort.engine import comms, exchange, tasks
 from gpusort.keys import corank, order
 
@@ -154,7 +154,7 @@ def rank_graph(parts: Sequence[tuple[da.Array, da.Array | None]], *, descending:
         scheme="float" if presorted is not None else order.scheme_for(stable, keys_returned),
         backend=backend, key_dtype=np.dtype(keys.dtype),
         value_dtype=np.dtype(np.int64) if positions else None if values is None else np.dtype(values.dtype),
-        descending=bool(descending), upload=upload, on_gpu=upload or is_cupy(keys._meta), bounds=bounds,
+        descending=bool(descending), upload=upload, on_gpu=upload or on_device(keys._meta), bounds=bounds,
         presorted=presorted,
     )
     # Both tasks of rank r run on worker r of the group: the scheduler pins them there (comms.Placement).
@@ -295,7 +295,7 @@ def output_blocks(ranks: np.ndarray, nranks: int) -> list[tuple[int, int]]:
     Examples
     --------
     >>> output_blocks(corank.output_ranks(100, 10), 4)
-    [(0, 3), (3, 5), (5, 8), (8, 10)]
+    [(0, 2), (2, 5), (5, 7), (7, 10)]
     >>> output_blocks(corank.output_ranks(10, 10), 3)
     [(0, 0), (0, 1), (1, 1)]
     """

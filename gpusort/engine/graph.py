@@ -48,9 +48,9 @@ from dask.base import tokenize
 from dask._task_spec import DataNode, Task, TaskRef
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from gpusort.arrays import is_cupy
-from gpusort.backends import MOVABLE_VALUE_BYTES, BackendSpec, Pair, get_backend
-from gpusort.engine import collective, comms, exchange, tasks
+
+from gpusort.backends import MOVABLE_VALUE_BYTES, BackendSpec, Pair, backend_where, get_backend, on_device
+from gpusort.engine import collective, comms, exchange, nccl, tasks
 from gpusort.keys import corank, order
 from gpusort.memory import plan
 
@@ -313,7 +313,7 @@ def read_by_key(arrays: list[da.Array]) -> list[da.Array]:
 def _held_chunk(task: Any, key: Any) -> Any:
     """The chunk a graph holds as data under ``key`` (a DataNode, or an array in the legacy form), else ``key``."""
     value = task.value if isinstance(task, DataNode) else task
-    return value if isinstance(value, np.ndarray) or is_cupy(value) else key
+    return value if isinstance(value, np.ndarray) or on_device(value) else key
 
 
 def form_runs(
@@ -339,7 +339,7 @@ def form_runs(
     lengths = tuple(int(c) for c in keys.chunks[0])
     value_dtype = np.dtype(np.int64) if positions else None if values is None else values.dtype
     element = row_bytes(keys) + (8 if positions else 0 if values is None else row_bytes(values))
-    target = run_bytes(sum(lengths) * element, is_cupy(keys._meta)) if batch else 0
+    target = run_bytes(sum(lengths) * element, on_device(keys._meta)) if batch else 0
     groups = task_groups(lengths, element, target)
     name = "runs-" + tokenize(keys, values, descending, backend, positions, scheme, groups)
     offsets = np.concatenate(([0], np.cumsum(lengths))).tolist()
@@ -443,7 +443,7 @@ def sort(
         if group is not None:
             return on_ranks([(keys, values)], descending=descending, backend=backend, chunk=chunk,
                             positions=positions, keys_returned=keys_returned, group=group,
-                            upload=_spec(backend).name == "cupy" and not is_cupy(keys._meta))
+                            upload=_spec(backend).device and not on_device(keys._meta))
         return _sort_across_workers(keys, values, descending=descending, backend=backend, chunk=chunk,
                                     positions=positions, keys_returned=keys_returned)
     if whole_on_gpu(keys, values, backend, positions, descending, keys_returned):
@@ -464,7 +464,7 @@ def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forc
     """The communicators a sort across workers runs on (:mod:`gpusort.engine.collective`), or ``None`` for P2P.
 
     1-D keys (and values the GPU kernels move) on a cluster of GPU workers
-    with NCCL (:func:`gpusort.engine.comms.ensure`, which makes the
+    with NCCL (:func:`gpusort.engine.nccl.ensure`, which makes the
     communicators on first use): CuPy chunks, or host chunks sorted with
     ``backend="cupy"`` whose every rank's share fits its GPU
     (:func:`ranks_hold`), which then go up once and come down once.  With
@@ -475,17 +475,17 @@ def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forc
     """
     spec = _spec(backend)
     shaped = keys.ndim == 1 and (values is None or (values.ndim == 1 and values.dtype.itemsize in MOVABLE_VALUE_BYTES))
-    if not forced and (not shaped or spec.name != "cupy"):
+    if not forced and (not shaped or not spec.device):
         return None
     client = _client()
-    if not forced and not is_cupy(keys._meta):  # host chunks: only where every rank's share fits its GPU
+    if not forced and not on_device(keys._meta):  # host chunks: only where every rank's share fits its GPU
         workers = client.scheduler_info(n_workers=2)
         if not ranks_hold(keys, values, spec, workers.get("n_workers", len(workers["workers"])), positions,
                           descending, keys_returned):
             return None  # past what the GPUs hold together: out of core, through P2P
-    group = comms.ensure(client)
+    group = nccl.ensure(client)
     if forced and group is None:
-        raise ValueError(f"dask config gpusort.exchange='collective', but {comms.why_not(client)}; "
+        raise ValueError(f"dask config gpusort.exchange='collective', but {nccl.why_not(client)}; "
                          "use gpusort.exchange='auto' or 'p2p'")
     if forced and not shaped:
         raise ValueError("dask config gpusort.exchange='collective' sorts 1-D keys, and 1-D values of 1, 2, 4 or 8 "
@@ -575,7 +575,7 @@ def whole_on_gpu(keys: da.Array, values: da.Array | None, backend: Any, position
     (True, False)
     """
     spec = _spec(backend)
-    if spec.name != "cupy" or is_cupy(keys._meta) or keys.ndim != 1 or not keys.shape[0] \
+    if not spec.device or on_device(keys._meta) or keys.ndim != 1 or not keys.shape[0] \
             or keys.dtype.kind not in "biuf" or not keys.dtype.isnative or _task_bytes_setting() is not None:
         return False
     if values is not None and (values.ndim != 1 or values.dtype.itemsize not in MOVABLE_VALUE_BYTES
@@ -604,7 +604,7 @@ def default_budget_seen() -> int:
 
 def _default_budget_here() -> int:
     try:
-        return get_backend("cupy").default_budget()
+        return get_backend(backend_where(True)).default_budget()
     except Exception:  # no CuPy here, or CuPy without a usable GPU
         return 0
 
@@ -666,7 +666,7 @@ def merge_sorted_runs(
         return keys, _field(runs.graph, runs.name, 1, "sorted-values", chunks, runs.meta, runs.value_dtype, blocks)
     # Runs in one process's GPU memory merge in one task, as they were sorted in one
     # (:func:`run_bytes`): the GPU merges them at its full rate, and no splitters are needed.
-    blocks = task_groups(sizes, element, run_bytes(n * element, is_cupy(runs.meta)))
+    blocks = task_groups(sizes, element, run_bytes(n * element, on_device(runs.meta)))
     # Merges split the runs only at block edges; inside a block its chunks are
     # consecutive ranks of one merged array.
     edges = ranks[[a for a, _ in blocks] + [blocks[-1][1]]]
@@ -708,7 +708,7 @@ def _sort_across_workers(keys: da.Array, values: da.Array | None, *, descending:
     value_dtype = np.dtype(np.int64) if positions else None if values is None else values.dtype
     element = row_bytes(keys) + (8 if positions else 0 if values is None else row_bytes(values))
     setting = _task_bytes_setting()
-    low = (DEVICE_TASK_BYTES if is_cupy(keys._meta) else TASK_BYTES)[0] if setting is None else setting
+    low = (DEVICE_TASK_BYTES if on_device(keys._meta) else TASK_BYTES)[0] if setting is None else setting
     groups = task_groups(lengths, element, low)
     offsets = np.concatenate(([0], np.cumsum(lengths))).tolist()
     parts = [(offsets[a] if positions else None, declared_chunks(keys, values, a, b),
@@ -719,7 +719,7 @@ def _sort_across_workers(keys: da.Array, values: da.Array | None, *, descending:
     # view of its owner's merged ranks: a P2P output task costs more than a view.
     # Not one block a worker: the scheduler may run a view on another worker,
     # which then fetches the whole block.
-    blocks = task_groups(sizes, element, task_bytes(n * element, is_cupy(keys._meta)))
+    blocks = task_groups(sizes, element, task_bytes(n * element, on_device(keys._meta)))
     edges = ranks[[a for a, _ in blocks] + [blocks[-1][1]]]
     spec = dict(edges=tuple(int(r) for r in edges), nparts=len(groups), backend=backend,
                 key_dtype=np.dtype(keys.dtype), descending=bool(descending),

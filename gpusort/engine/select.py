@@ -35,8 +35,8 @@ from typing import Any, Sequence
 
 import dask.array as da
 
-from gpusort.arrays import is_cupy, namespace
-from gpusort.backends import backend_for, get_backend
+from gpusort.arrays import namespace
+from gpusort.backends import backend_for, get_backend, on_device
 from gpusort.keys import order
 
 #: Candidate sets this small are sorted outright.
@@ -95,7 +95,7 @@ def _above(okeys: Any, pivot: Any, k: int) -> tuple[int, Any]:
     ``k`` would queue that many atomics on one counter: a compare, a sum and
     a boolean index instead.
     """
-    if is_cupy(okeys) and k <= ATOMIC_KEYS:  # integer order keys are their own: the pass encodes nothing
+    if on_device(okeys) and k <= ATOMIC_KEYS:  # integer order keys are their own: the pass encodes nothing
         return get_backend(backend_for(okeys)).beyond([okeys], pivot, False, ATOMIC_KEYS)
     mask = okeys > pivot
     return int(mask.sum()), okeys[mask]
@@ -136,7 +136,7 @@ def extremes(blocks: Sequence[Any], k: int, axis: int = 0) -> list[Any]:
     [[4, 7], [0, 9]]
     """
     n = sum(b.shape[axis] for b in blocks)
-    if (all(is_cupy(b) and b.ndim == 1 for b in blocks) and n > max(SMALL, 2 * abs(k))
+    if (all(on_device(b) and b.ndim == 1 for b in blocks) and n > max(SMALL, 2 * abs(k))
             and abs(k) <= ATOMIC_KEYS):
         candidates = _encoded_beyond(blocks, k)
         if candidates is not None:
@@ -228,7 +228,7 @@ def topk(x: da.Array, k: int, axis: int, split_every: int | None) -> da.Array:
     width = math.prod(max(c, default=0) for d, c in enumerate(x.chunks) if d != axis)
     element = x.dtype.itemsize * max(width, 1)
     groups = graph.task_groups(x.chunks[axis], element,
-                               graph.task_bytes(x.nbytes, is_cupy(x._meta)))
+                               graph.task_bytes(x.nbytes, on_device(x._meta)))
     if split_every is None:  # survivors of about COMBINE_KEYS keys a task
         split_every = max(2, COMBINE_KEYS // (abs(k) * max(width, 1)))
     name = "topk-" + tokenize(x.name, k, axis, split_every, groups)

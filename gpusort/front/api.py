@@ -11,8 +11,8 @@ import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
 
-from gpusort.arrays import in_memory, is_cupy, namespace
-from gpusort.backends import BACKENDS, BackendSpec, backend_for, backend_spec
+from gpusort.arrays import in_memory, namespace
+from gpusort.backends import BACKENDS, BackendSpec, backend_for, backend_spec, on_device
 from gpusort.engine import graph, multikey
 from gpusort.keys import order
 from gpusort.memory.plan import parse_budget
@@ -342,9 +342,9 @@ def searchsorted(sorted_x: Any, v: Any, side: str = "left", sorter: Any = None) 
         raise ValueError(f"side={side!r}; use 'left' or 'right'")
     needles = as_dask(np.asarray(v) if np.isscalar(v) else v, "v")
     _check_known_chunks(needles, "v")
-    if is_cupy(x._meta) != is_cupy(needles._meta):
+    if on_device(x._meta) != on_device(needles._meta):
         # Every chunk is searched where it lives: the needles go there, once.
-        needles = needles.map_blocks(in_memory, is_cupy(x._meta), dtype=needles.dtype,
+        needles = needles.map_blocks(in_memory, on_device(x._meta), dtype=needles.dtype,
                                      meta=meta_from_array(x._meta, ndim=needles.ndim, dtype=needles.dtype))
     return search.searchsorted(x, needles, side)
 
@@ -410,12 +410,13 @@ def resolve_backend(backend: str | None, meta: Any) -> str:
     """The backend to use: ``backend``, or the one the chunk type ``meta`` picks."""
     if backend is None:
         return backend_for(meta)
-    if backend == "numpy" and is_cupy(meta):
+    device = BackendSpec(backend).device  # a name BACKENDS does not hold fails here, named
+    if on_device(meta) and not device:
         raise ValueError(
-            "backend='numpy' cannot sort CuPy chunks; use backend='cupy' (or None), "
+            f"backend={backend!r} cannot sort CuPy chunks; use backend='cupy' (or None), "
             "or move the chunks to the host with x.map_blocks(cupy.asnumpy)"
         )
-    if backend == "cupy":
+    if device:
         _check_gpu()
     return backend
 
@@ -603,7 +604,7 @@ def as_dask(x: Any, argname: str) -> da.Array:
             f"keys use gpusort.lexsort({argname}); else sort each, or join them first with "
             f"dask.array.concatenate({argname}) (or stack them, then axis=None)"
         )
-    if is_cupy(x):
+    if on_device(x):
         return da.from_array(x, chunks="auto", asarray=False)
     if isinstance(x, (np.ndarray, list, tuple)) or hasattr(x, "__array__"):
         try:

@@ -39,8 +39,8 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort.arrays import in_order, is_cupy, joined, namespace, to_numpy
-from gpusort.backends import BackendSpec, Pair, backend_for, get_backend
+from gpusort.arrays import in_order, joined, namespace, to_numpy
+from gpusort.backends import BackendSpec, Pair, backend_for, get_backend, on_device
 from gpusort.engine import graph, multikey
 from gpusort.front.api import SortOptions, as_dask
 from gpusort.keys import composite, order
@@ -179,8 +179,8 @@ def _merge_arrays(keys, values, options: SortOptions):
         raise TypeError(f"{name_a} has dtype {a.dtype} but {name_b} has dtype {b.dtype}; merging needs one "
                         f"dtype: cast one first (e.g. {name_b}.astype({name_a}.dtype)), then sort it if the cast "
                         "may reorder it")
-    if is_cupy(a._meta) != is_cupy(b._meta):
-        host, device = (name_b, name_a) if is_cupy(a._meta) else (name_a, name_b)
+    if on_device(a._meta) != on_device(b._meta):
+        host, device = (name_b, name_a) if on_device(a._meta) else (name_a, name_b)
         raise TypeError(f"{device} has CuPy chunks but {host} has NumPy chunks; put both in one memory: "
                         f"{host}.map_blocks(cupy.asarray), or {device}.map_blocks(cupy.asnumpy)")
     if values is not None:
@@ -271,11 +271,11 @@ def _on_ranks(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None,
     """
     method = graph.exchange_method()
     if order.is_composite(spec.dtype) or method not in ("across", "collective") \
-            or (method == "across" and not is_cupy(keys[0]._meta)):
+            or (method == "across" and not on_device(keys[0]._meta)):
         return None
     group = graph.collective_group(keys[0], None if values is None else values[0], spec.backend,
                                    forced=method == "collective")
-    if group is None or (group.kind == "nccl" and not is_cupy(keys[0]._meta)):
+    if group is None or (group.kind == "nccl" and not on_device(keys[0]._meta)):
         return None  # NCCL moves GPU memory: host chunks merge through one process
     parts = [(k, None if values is None else values[s]) for s, k in enumerate(keys)]
     sizes = tuple(tuple(int(c) for c in k.chunks[0]) for k in keys)
@@ -344,7 +344,7 @@ def _runs(spec: _Merge, keys: list[da.Array], values: list[da.Array] | None) -> 
     carried = (spec.dtype.itemsize if layout is not None else 0) + (0 if values is None else values[0].dtype.itemsize)
     element = okey_bytes + carried
     total = sum(int(k.shape[0]) for k in keys)
-    target = graph.run_bytes(total * element, is_cupy(keys[0]._meta))
+    target = graph.run_bytes(total * element, on_device(keys[0]._meta))
     name = "runs-" + tokenize("gpusort.front.sorted_merge", spec, keys, values, target)
     dsk: dict = {}
     lengths: list[int] = []
