@@ -22,8 +22,8 @@ one task per worker, rank ``r`` pinned to worker ``r``:
 4. **Merge.**  Each rank merges its pieces, in run order, into its block of
    output ranks: exactly balanced, stable, deterministic.
 
-Before each collective step the ranks agree (:meth:`gpusort.engine.comms.Collectives.agree`)
-that every one of them is well, so a rank that fails (out of memory, a
+Each all-gather also carries whether its rank is well
+(:meth:`gpusort.engine.comms.Collectives.all_gather`), so a rank that fails (out of memory, a
 chunk that is not what it declares) fails the sort on every rank at once
 instead of leaving the others waiting.
 
@@ -383,27 +383,29 @@ def _sort(plan: Plan, comm: comms.Collectives, rank: int, data: list) -> Pair:
     index = {(r, i): k for k, (_, r, i) in enumerate(table)}  # run i of rank r is run k of the table
     okey = order.order_dtype(plan.key_dtype, plan.scheme)
 
-    failure = None
-    try:
-        runs = _form_runs(plan, rank, runs_of[rank], data)
-    except Exception as exc:  # the others must not wait for a rank that failed
-        failure = exc
-    data.clear()  # the inputs, once runs: Dask may have let go of them, and the sort must not hold them
-    comm.agree(failure)  # after the runs' kernels: the clock sees them
-    seconds = {"runs": lap()}
-
-    # The splitters: every rank computes the same split vectors, from samples and windows.
+    # Runs, the receive buffer (its size is this rank's share of the output) and samples; a rank that
+    # failed says so in the samples' all-gather, and every rank stops there.
     inner = np.array(plan.edges[1:-1], dtype=np.int64)
     g = corank.sample_stride(int(plan.edges[-1]), len(table), len(inner))
     # Presorted runs also send their last key: the joins between runs of one input are checked here.
     tail = int(plan.presorted is not None)
     counts = [[-(-plan.length(run) // g) + (tail if plan.length(run) else 0) for run in runs_of[r]]
               for r in range(nranks)]
-    mine = [corank.samples(keys, g) for keys, _ in runs]
-    if tail:
-        mine = [np.concatenate((s, to_numpy(keys[-1:]).astype(okey))) for s, (keys, _) in zip(mine, runs)]
-    samples = _by_run(comm.all_gather(_bytes(mine, okey), [sum(c) * okey.itemsize for c in counts]), counts, okey,
-                      index, len(table))
+    failure, runs, mine = None, [], None
+    try:
+        runs = _form_runs(plan, rank, runs_of[rank], data)
+        received = _receive(plan, plan.edges[rank + 1] - plan.edges[rank], okey)
+        mine = [corank.samples(keys, g) for keys, _ in runs]  # a copy down: the runs' kernels have run
+        if tail:
+            mine = [np.concatenate((s, to_numpy(keys[-1:]).astype(okey))) for s, (keys, _) in zip(mine, runs)]
+        mine = _bytes(mine, okey)
+    except Exception as exc:  # the others must not wait for a rank that failed
+        failure = exc
+    seconds = {"runs": lap()}
+
+    # The splitters: every rank computes the same split vectors, from samples and windows.
+    gathered = comm.all_gather(mine, [sum(c) * okey.itemsize for c in counts], failure)
+    samples = _by_run(gathered, counts, okey, index, len(table))
     if tail:
         lasts = [s[-1:] for s in samples]
         samples = [s[:-1] for s in samples]
@@ -411,19 +413,18 @@ def _sort(plan: Plan, comm: comms.Collectives, rank: int, data: list) -> Pair:
     plan_w = corank.plan_windows(samples, lengths, inner, g)
     widths = plan_w[1] - plan_w[0]
     counts = [[int(widths[:, index[r, i]].sum()) for i in range(len(runs_of[r]))] for r in range(nranks)]
-    mine = [corank.window_keys(keys, plan_w, index[rank, i]) for i, (keys, _) in enumerate(runs)]
-    windows = _by_run(comm.all_gather(_bytes(mine, okey), [sum(c) * okey.itemsize for c in counts]), counts, okey,
+    failure, mine = None, None
+    try:
+        mine = _bytes([corank.window_keys(keys, plan_w, index[rank, i]) for i, (keys, _) in enumerate(runs)], okey)
+    except Exception as exc:
+        failure = exc
+    windows = _by_run(comm.all_gather(mine, [sum(c) * okey.itemsize for c in counts], failure), counts, okey,
                       index, len(table))
     splits = corank.split_vectors(lengths, inner, plan_w, windows)  # row r: the split of edges[r]
     seconds["splitters"] = lap()
 
     # The exchange: rank p gets slices [splits[p], splits[p + 1]) of every run, into one buffer in run order.
-    failure, buffers = None, None
-    try:
-        buffers = _buffers(plan, runs, splits[rank + 1] - splits[rank], okey)
-    except Exception as exc:
-        failure = exc
-    comm.agree(failure)
+    buffers = _cut_buffer(received, splits[rank + 1] - splits[rank])
     sends, recvs = _slices(runs, buffers, splits, index, runs_of, rank)
     comm.exchange(sends, recvs)
     seconds["exchange"] = lap()
@@ -441,7 +442,7 @@ def _sort(plan: Plan, comm: comms.Collectives, rank: int, data: list) -> Pair:
 
 
 def _piece(buffers: tuple[Any, Any, list[int], np.ndarray], k: int) -> Pair:
-    """Run ``k``'s piece of this rank's receive buffers (:func:`_buffers`)."""
+    """Run ``k``'s piece of this rank's receive buffer (:func:`_cut_buffer`)."""
     keys, values, offsets, sizes = buffers
     a, b = offsets[k], offsets[k] + int(sizes[k])
     return keys[a:b], None if values is None else values[a:b]
@@ -475,25 +476,35 @@ def _slices(runs: list[Pair], buffers: tuple, splits: np.ndarray, index: dict, r
     return sends, recvs
 
 
-def _form_runs(plan: Plan, rank: int, runs: list[list[int]], data: Sequence[Any]) -> list[Pair]:
-    """This rank's runs, sorted: ``data`` holds its chunks' keys and values, interleaved, in chunk order."""
+def _form_runs(plan: Plan, rank: int, runs: list[list[int]], data: list) -> list[Pair]:
+    """This rank's runs, sorted: ``data`` holds its chunks' keys and values, interleaved, in chunk order.
+
+    ``data`` is emptied once they are runs, or have failed to become runs:
+    Dask may have let go of the inputs, and the sort must not hold them.
+    """
     at = {k: j for j, k in enumerate(plan.owned[rank])}
     offsets = np.concatenate(([0], np.cumsum([d[1] for d in plan.declared]))).tolist()
-    if plan.presorted is not None:
-        return [plan.presorted(run, [x for k in run for x in data[2 * at[k]:2 * at[k] + 2]]) for run in runs]
-    return [tasks.sort_chunks(plan.backend, plan.descending, plan.scheme, offsets[run[0]] if plan.positions else None,
-                               [plan.declared[k] for k in run], *[x for k in run for x in data[2 * at[k]:2 * at[k] + 2]],
-                               upload=plan.upload)
-            for run in runs]
+    try:
+        if plan.presorted is not None:
+            return [plan.presorted(run, [x for k in run for x in data[2 * at[k]:2 * at[k] + 2]]) for run in runs]
+        return [tasks.sort_chunks(plan.backend, plan.descending, plan.scheme,
+                                   offsets[run[0]] if plan.positions else None, [plan.declared[k] for k in run],
+                                   *[x for k in run for x in data[2 * at[k]:2 * at[k] + 2]], upload=plan.upload)
+                for run in runs]
+    finally:
+        data.clear()
 
 
-def _buffers(plan: Plan, runs: list[Pair], sizes: np.ndarray, okey: np.dtype) -> tuple[Any, Any, list[int], np.ndarray]:
-    """This rank's receive buffers for keys and values (``None``: keys only), each run's offset and size in them."""
+def _receive(plan: Plan, n: int, okey: np.dtype) -> Pair:
+    """This rank's receive buffer for ``n`` keys (and values; ``None``: keys only), where the ranks keep their data."""
     xp = module(plan.on_gpu)
-    n = int(sizes.sum())
+    return xp.empty(n, okey), None if plan.value_dtype is None else xp.empty(n, plan.value_dtype)
+
+
+def _cut_buffer(received: Pair, sizes: np.ndarray) -> tuple[Any, Any, list[int], np.ndarray]:
+    """The receive buffer with each run's offset and size in it (``sizes[k]``: run ``k``'s, in run order)."""
     offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64).tolist()
-    values = None if plan.value_dtype is None else xp.empty(n, plan.value_dtype)
-    return xp.empty(n, okey), values, offsets, sizes
+    return received[0], received[1], offsets, sizes
 
 
 def _bytes(arrays: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:

@@ -1,10 +1,10 @@
 """Collectives between Dask's workers, whatever moves their bytes: the ranks' agreement, their turns, their placement.
 
 The sort across GPU workers (:mod:`gpusort.engine.collective`) runs one task per
-worker, and those tasks talk to each other through a :class:`Collectives`: agree
-that every rank is still well, all-gather a few host bytes (the splitters'
-samples and windows), and swap the slices of the runs with one grouped
-send/receive per pair of ranks.  A transport moves the bytes (NCCL between GPU
+worker, and those tasks talk to each other through a :class:`Collectives`:
+all-gather a few host bytes (the splitters' samples and windows), agreeing
+on the way that every rank is still well, and swap the slices of the runs
+with one grouped send/receive per pair of ranks.  A transport moves the bytes (NCCL between GPU
 workers, :mod:`gpusort.engine.nccl`); this module holds what every transport
 shares: the workers' communicators, the turn of a sort, the waits and their
 aborts, and the scheduler's part (:class:`Placement`: pinned tasks, turns,
@@ -43,7 +43,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from dask._task_spec import Task
@@ -64,7 +64,7 @@ class CommError(RuntimeError):
     """A collective between workers failed: a peer failed, left, or did not answer in time."""
 
 
-#: Errors of a rank's input that every rank raises alike (:meth:`Collectives.agree`).
+#: Errors of a rank's input that every rank raises alike (:meth:`Collectives.all_gather`).
 _USER_ERRORS = {"ValueError": ValueError, "TypeError": TypeError}
 
 
@@ -231,33 +231,41 @@ class Collectives:
 
     # --- collectives ---
 
-    def agree(self, failure: BaseException | None = None) -> None:
-        """Return once every rank got here well; raise on every rank where any of them failed.
+    def all_gather(self, mine: np.ndarray | None, nbytes: Sequence[int], failure: BaseException | None = None
+                   ) -> list[np.ndarray]:
+        """Every rank's bytes (``nbytes[r]`` of rank ``r``; ``mine`` this rank's), as uint8 host arrays.
 
-        A rank that failed on its input (a ``ValueError`` or ``TypeError``:
-        an unsorted merge input, a chunk that is not what it declares) has
-        every rank raise the same error, so that the user reads it whichever
-        rank the client hears from; other failures are named, and raised
-        where they happened.
+        The ranks agree on the way, at no extra round: every rank's bytes
+        carry a flag, set by a rank that failed before the call (``failure``;
+        it sends ``nbytes`` zeros, ``mine`` unread).  Then every rank raises
+        instead of going on to wait for the failed one.  A rank that failed
+        on its input (a ``ValueError`` or ``TypeError``: an unsorted merge
+        input, a chunk that is not what it declares) has every rank raise
+        the same error, so that the user reads it whichever rank the client
+        hears from; other failures are named, and raised where they happened.
         """
-        flags = self.all_gather(np.array([failure is not None], np.uint8), [1] * self.size)
-        failed = [r for r, f in enumerate(flags) if f[0]]
-        if not failed:
-            return
-        first = failed[0]
+        payload = np.zeros(nbytes[self.rank] + 1, np.uint8)
+        if failure is None:
+            payload[:-1] = np.ascontiguousarray(mine).view(np.uint8)
+        payload[-1] = failure is not None
+        got = self._gather(payload, [int(b) + 1 for b in nbytes], TIMEOUT)
+        failed = [r for r, part in enumerate(got) if part[-1]]
+        if failed:
+            self._fail(failed[0], failure)
+        return [part[:-1] for part in got]
+
+    def _fail(self, first: int, failure: BaseException | None) -> NoReturn:
+        """Raise, on every rank, what rank ``first`` (the first that failed) failed with; ``failure`` is this rank's."""
         said = f"{type(failure).__name__}\0{failure}".encode() if self.rank == first else b""
-        sizes = self.all_gather(np.array([len(said)], np.int64).view(np.uint8), [8] * self.size)
+        sizes = self._gather(np.array([len(said)], np.int64).view(np.uint8), [8] * self.size, TIMEOUT)
         nbytes = [int(sizes[r].view(np.int64)[0]) if r == first else 0 for r in range(self.size)]
-        kind, _, text = bytes(self.all_gather(np.frombuffer(said, np.uint8), nbytes)[first]).decode().partition("\0")
+        got = self._gather(np.frombuffer(said, np.uint8), nbytes, TIMEOUT)[first]
+        kind, _, text = bytes(got).decode().partition("\0")
         if failure is not None:
             raise failure
         if kind in _USER_ERRORS:
             raise _USER_ERRORS[kind](text)
         raise CommError(f"rank {first} of the sort (worker {self.workers[first]}) failed ({kind}: {text})")
-
-    def all_gather(self, mine: np.ndarray, nbytes: Sequence[int]) -> list[np.ndarray]:
-        """Every rank's bytes (``nbytes[r]`` of rank ``r``; ``mine`` this rank's), as uint8 host arrays."""
-        return self._gather(mine, nbytes, TIMEOUT)
 
     def _gather(self, mine: np.ndarray, nbytes: Sequence[int], timeout: float) -> list[np.ndarray]:
         raise NotImplementedError
