@@ -333,6 +333,22 @@ def sorts_of(x_dask, values_dask, chunk: int, **options) -> tuple:
             gpusort.sort(x_dask, descending=True, **options))
 
 
+def keys_and_positions(x: np.ndarray, chunks: tuple[int, ...]) -> tuple:
+    """``x`` and its int32 positions as Dask arrays of ``chunks`` (empty and one-element chunks welcome)."""
+    import dask.array as da
+
+    return da.from_array(x, chunks=(chunks,)), da.from_array(np.arange(x.size, dtype=np.int32), chunks=(chunks,))
+
+
+def assert_host_sorts_exact(x: np.ndarray, graphs: tuple) -> None:
+    """:func:`sorts_of`'s four sorts of host chunks, computed: NumPy chunks out, exact (:func:`assert_sorts_exact`)."""
+    import dask
+
+    s, p, (k, v), sd = dask.compute(*graphs)
+    assert all(type(r) is np.ndarray for r in (s, p, k, v, sd)), "host chunks in, host chunks out"
+    assert_sorts_exact(x, s, p, k, v, sd)
+
+
 def assert_sorts_exact(x: np.ndarray, s, p, k, v, sd) -> None:
     """``sort``, ``argsort``, descending ``sort_by_key`` with int32 positions and descending ``sort`` of ``x``.
 

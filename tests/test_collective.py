@@ -179,6 +179,30 @@ def test_a_rank_whose_worker_left_fails_the_sort_instead_of_waiting_for_it(monke
                 _GATE.set()
 
 
+ROUNDS = [("int64", "random", 2), ("float32", "nan", 3), ("uint8", "few", 5), ("int64", "equal", 2)]
+
+
+@pytest.mark.parametrize("dtype, pattern, rounds", ROUNDS, ids=[f"{d}-{p}-{r}" for d, p, r in ROUNDS])
+def test_sorts_in_rounds_exact(client, rng, dtype, pattern, rounds):
+    """Runs kept where the ranks formed them, exchanged and merged a sub-block of every block at a time."""
+    x = make_keys(rng, dtype, 30_011, pattern)
+    chunks = (7_000, 0, 1, 5_000, 18_010)
+    keys = da.from_array(x, chunks=(chunks,))
+    values = da.from_array(np.arange(x.size, dtype=np.int32), chunks=(chunks,))
+    with dask.config.set({"gpusort.collective-rounds": rounds}):
+        sorts = sorts_of(keys, values, 4_000)
+        assert all(tasks_of(y)["launch"] == 3 for y in sorts[:2])
+        launches = [t for key, t in dict(sorts[1].__dask_graph__()).items() if key[0].startswith("launch-")]
+        assert {t.args[0].rounds for t in launches} == {rounds}
+        s, p, (k, v), sd = dask.compute(*sorts)
+    assert_sorts_exact(x, s, p, k, v, sd)
+
+
+def test_rounds_setting_is_checked(client):
+    with dask.config.set({"gpusort.collective-rounds": 0}), pytest.raises(ValueError, match="collective-rounds=0"):
+        gpusort.sort(da.arange(10, chunks=5))
+
+
 MERGES = [("int64", "few"), ("float64", "nan"), ("uint8", "random"), ("float32", "extremes"), ("int32", "equal")]
 
 

@@ -19,7 +19,7 @@ from distributed import Client, wait  # noqa: E402
 
 import gpusort  # noqa: E402
 from gpusort.engine import nccl  # noqa: E402
-from reference import assert_sorts_exact, make_keys, sorts_of  # noqa: E402
+from reference import assert_host_sorts_exact, assert_sorts_exact, keys_and_positions, make_keys, sorts_of  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multi_gpu, pytest.mark.timeout(300)]
 
@@ -56,19 +56,27 @@ def test_sort_argsort_and_pairs_exact_across_gpus(client, rng, dtype, pattern):
     assert_sorts_exact(x, *(cupy.asnumpy(a) for a in (s, p, k, v, sd)))
 
 
+HOST_CHUNKS = (300_000, 0, 1, 200_000, 500_002)
+
+
 @pytest.mark.parametrize("dtype, pattern", PATTERNS[:4], ids=[f"{d}-{p}" for d, p in PATTERNS[:4]])
 def test_host_chunks_go_up_once_and_sort_across_gpus(client, rng, dtype, pattern):
     """Host chunks with backend="cupy" whose shares fit the GPUs: the collective path, NumPy chunks out, exact."""
     x = make_keys(rng, dtype, 1_000_003, pattern)
-    chunks = (300_000, 0, 1, 200_000, 500_002)
-    keys = da.from_array(x, chunks=(chunks,))
-    values = da.from_array(np.arange(x.size, dtype=np.int32), chunks=(chunks,))
-    graphs = sorts_of(keys, values, 250_000, backend="cupy")
+    graphs = sorts_of(*keys_and_positions(x, HOST_CHUNKS), 250_000, backend="cupy")
     firsts = [g[0] if isinstance(g, tuple) else g for g in graphs]  # sort_by_key gives keys and values
     assert all(collective_tasks(g) == len(client.scheduler_info()["workers"]) for g in firsts)
-    s, p, (k, v), sd = dask.compute(*graphs)
-    assert all(type(r) is np.ndarray for r in (s, p, k, v, sd)), "host chunks in, host chunks out"
-    assert_sorts_exact(x, s, p, k, v, sd)
+    assert_host_sorts_exact(x, graphs)
+
+
+@pytest.mark.parametrize("dtype, pattern", PATTERNS[:2], ids=[f"{d}-{p}" for d, p in PATTERNS[:2]])
+def test_host_chunks_past_the_gpus_budget_sort_in_rounds(client, rng, dtype, pattern):
+    """A budget that no rank's share fits: runs out of core on each GPU, the exchange and merges in rounds; exact."""
+    x = make_keys(rng, dtype, 1_000_003, pattern)
+    graphs = sorts_of(*keys_and_positions(x, HOST_CHUNKS), 250_000, backend="cupy", gpu_memory_budget="8MiB")
+    launches = [t for key, t in dict(graphs[1].__dask_graph__()).items() if key[0].startswith("launch-")]
+    assert launches and all(t.args[0].rounds > 1 for t in launches)
+    assert_host_sorts_exact(x, graphs)
 
 
 def test_merge_of_sorted_gpu_arrays_on_the_ranks(client, rng):

@@ -20,7 +20,7 @@ from distributed import Client, LocalCluster  # noqa: E402
 
 import gpusort  # noqa: E402
 import hostcomms  # noqa: E402
-from reference import assert_sorts_exact, make_keys, sorts_of  # noqa: E402
+from reference import assert_host_sorts_exact, assert_sorts_exact, keys_and_positions, make_keys, sorts_of  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 
@@ -58,6 +58,17 @@ def test_ranks_on_one_gpu_exact(client, rng, dtype, pattern, memory):
     out = [cupy.asnumpy(a) for a in (s, p, k, v, sd)]
     assert all(type(a) is (np.ndarray if memory == "host" else cupy.ndarray) for a in (s, p, k, v, sd))
     assert_sorts_exact(x, *out)
+
+
+@pytest.mark.parametrize("dtype, pattern", CASES[:3], ids=[f"{d}-{p}" for d, p in CASES[:3]])
+def test_host_chunks_in_rounds_on_one_gpu_exact(client, rng, dtype, pattern):
+    """Runs sorted out of core into host memory, then exchanged and merged through the GPU a sub-block at a time."""
+    x = make_keys(rng, dtype, 300_007, pattern)
+    with dask.config.set({"gpusort.collective-rounds": 3}):
+        graphs = sorts_of(*keys_and_positions(x, (90_000, 0, 1, 60_000, 150_006)), 70_000, backend="cupy",
+                          gpu_memory_budget="16MiB")
+        assert launched(graphs[0]) == 3
+        assert_host_sorts_exact(x, graphs)
 
 
 @pytest.mark.parametrize("dtype, pattern", CASES[:2], ids=[f"{d}-{p}" for d, p in CASES[:2]])

@@ -158,6 +158,11 @@ def get_backend(spec: str | BackendSpec) -> Backend:
     return import_module(f"gpusort.backends.{spec}").BACKEND
 
 
+def spec_of(backend: str | BackendSpec) -> BackendSpec:
+    """``backend`` as a :class:`BackendSpec`, whether the graph carries it as a name or a spec."""
+    return backend if isinstance(backend, BackendSpec) else BackendSpec(backend)
+
+
 def backend_spec(name: str, gpu_memory_budget: int | None = None) -> str | BackendSpec:
     """What the graph carries: the plain name, or a :class:`BackendSpec` when there are settings."""
     return name if gpu_memory_budget is None else BackendSpec(name, gpu_memory_budget)

@@ -49,7 +49,7 @@ import contextvars
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import dask.array as da
 import numpy as np
@@ -58,7 +58,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from gpusort.arrays import copy_into, module, synchronize, to_numpy
-from gpusort.backends import Pair, get_backend, on_device
+from gpusort.backends import Pair, get_backend, on_device, spec_of
 from gpusort.engine import comms, exchange, tasks
 from gpusort.keys import corank, order
 
@@ -87,6 +87,7 @@ class Plan:
     on_gpu: bool  # the receive buffers are CuPy arrays, whatever a rank holds
     bounds: tuple[int, ...] = ()  # the chunks where the inputs after the first begin: no run crosses them
     presorted: Any = None  # inputs sorted already (a merge): makes and checks runs (Presorted), none sorted
+    rounds: int = 1  # > 1: host runs, exchanged and merged through the GPUs a sub-block of every block at a time
 
     def runs_of(self, rank: int) -> list[list[int]]:
         """Rank ``rank``'s runs, each a list of its chunk indices."""
@@ -103,6 +104,21 @@ class Plan:
 
     def length(self, run: Sequence[int]) -> int:
         return sum(self.declared[k][1] for k in run)
+
+    def split_edges(self) -> np.ndarray:
+        """The output ranks the splitters cut at: every rank's block's edges, each block cut into ``rounds`` sub-blocks.
+
+        Edge ``r * rounds + b`` starts sub-block ``b`` of rank ``r``'s block.
+
+        Examples
+        --------
+        >>> Plan.split_edges.__get__(type("P", (), {"edges": (0, 10, 20), "rounds": 3})())().tolist()
+        [0, 3, 6, 10, 13, 16, 20]
+        """
+        edges = np.asarray(self.edges, np.int64)
+        cuts = np.arange(self.rounds, dtype=np.int64)
+        inside = edges[:-1, None] + (edges[1:, None] - edges[:-1, None]) * cuts[None, :] // self.rounds
+        return np.concatenate((inside.ravel(), edges[-1:]))
 
 
 # --- the graph ----------------------------------------------------------------------------------
@@ -124,7 +140,7 @@ class Ranks:
 def rank_graph(parts: Sequence[tuple[da.Array, da.Array | None]], *, descending: bool, backend: Any,
                ranks: np.ndarray, positions: bool, keys_returned: bool, group: comms.Group, client: Any,
                declared: Sequence[tasks.Declared], inputs: Sequence[list], upload: bool = False,
-               presorted: Any = None) -> Ranks:
+               presorted: Any = None, rounds: int = 1) -> Ranks:
     """The rank tasks of a sort of the ``parts``' keys (end to end) into output ranks ``ranks``, one per worker of ``group``.
 
     ``parts``: ``(keys, values)`` arrays, one pair for a sort; ``declared``
@@ -135,6 +151,9 @@ def rank_graph(parts: Sequence[tuple[da.Array, da.Array | None]], *, descending:
     ``presorted``: every part is sorted already (a merge of them):
     :class:`Presorted`'s callable that makes a run of chunks and checks it,
     and the joins between runs on different ranks; nothing is sorted.
+    ``rounds`` (> 1): host chunks past what the GPUs hold together; each
+    rank sorts its runs out of core into host memory, and the exchange and
+    the merges go through the GPUs in that many rounds (:func:`_in_rounds`).
     """
     keys, values = parts[0]
     lengths = [int(c) for k, _ in parts for c in k.chunks[0]]
@@ -147,7 +166,7 @@ def rank_graph(parts: Sequence[tuple[da.Array, da.Array | None]], *, descending:
     blocks = output_blocks(ranks, nranks)
     bounds = tuple(np.cumsum([k.numblocks[0] for k, _ in parts])[:-1].tolist())
     plan = Plan(
-        token=tokenize(parts, descending, backend, positions, keys_returned, ranks, group, owned, presorted),
+        token=tokenize(parts, descending, backend, positions, keys_returned, ranks, group, owned, presorted, rounds),
         group=group, owned=owned, declared=tuple(declared),
         edges=tuple(int(ranks[a]) for a, _ in blocks) + (n,), positions=positions,
         merge_all=not stable and keys.dtype.kind in "iubmM",
@@ -155,7 +174,7 @@ def rank_graph(parts: Sequence[tuple[da.Array, da.Array | None]], *, descending:
         backend=backend, key_dtype=np.dtype(keys.dtype),
         value_dtype=np.dtype(np.int64) if positions else None if values is None else np.dtype(values.dtype),
         descending=bool(descending), upload=upload, on_gpu=upload or on_device(keys._meta), bounds=bounds,
-        presorted=presorted,
+        presorted=presorted, rounds=int(rounds),
     )
     # Both tasks of rank r run on worker r of the group: the scheduler pins them there (comms.Placement).
     name, launched = "collective-" + plan.token, "launch-" + plan.token
@@ -385,7 +404,7 @@ def _sort(plan: Plan, comm: comms.Collectives, rank: int, data: list) -> Pair:
 
     # Runs, the receive buffer (its size is this rank's share of the output) and samples; a rank that
     # failed says so in the samples' all-gather, and every rank stops there.
-    inner = np.array(plan.edges[1:-1], dtype=np.int64)
+    inner = plan.split_edges()[1:-1]
     g = corank.sample_stride(int(plan.edges[-1]), len(table), len(inner))
     # Presorted runs also send their last key: the joins between runs of one input are checked here.
     tail = int(plan.presorted is not None)
@@ -420,12 +439,17 @@ def _sort(plan: Plan, comm: comms.Collectives, rank: int, data: list) -> Pair:
         failure = exc
     windows = _by_run(comm.all_gather(mine, [sum(c) * okey.itemsize for c in counts], failure), counts, okey,
                       index, len(table))
-    splits = corank.split_vectors(lengths, inner, plan_w, windows)  # row r: the split of edges[r]
+    splits = corank.split_vectors(lengths, inner, plan_w, windows)  # row j: the split of split_edges()[j]
     seconds["splitters"] = lap()
+    if plan.rounds > 1:
+        merged = _in_rounds(plan, comm, rank, runs, splits, index, runs_of, received, okey)
+        seconds["exchange"] = lap()  # with the merges, round by round
+        exchange.record_phases(started, seconds)
+        return merged
 
     # The exchange: rank p gets slices [splits[p], splits[p + 1]) of every run, into one buffer in run order.
     buffers = _cut_buffer(received, splits[rank + 1] - splits[rank])
-    sends, recvs = _slices(runs, buffers, splits, index, runs_of, rank)
+    sends, recvs = _slices(_parts_of(runs, splits, index, rank), buffers, index, runs_of, rank)
     comm.exchange(sends, recvs)
     seconds["exchange"] = lap()
     del runs, sends, recvs
@@ -448,32 +472,88 @@ def _piece(buffers: tuple[Any, Any, list[int], np.ndarray], k: int) -> Pair:
     return keys[a:b], None if values is None else values[a:b]
 
 
-def _slices(runs: list[Pair], buffers: tuple, splits: np.ndarray, index: dict, runs_of: list, rank: int
+def _slices(part: Callable[[int, int], list], buffers: tuple, index: dict, runs_of: list, rank: int
             ) -> tuple[list[list[Any]], list[list[Any]]]:
     """What this rank sends every other rank and where it receives theirs; its own slices copied in place.
 
-    Rank ``p`` merges slice ``[splits[p, k], splits[p + 1, k])`` of every
-    run ``k``; both sides list a rank's runs in run order, keys then values,
-    so that sends and receives pair up one for one.
+    ``part(p, i)``: the arrays (keys, then values) of this rank's run ``i``
+    that rank ``p`` merges.  Both sides list a rank's runs in run order,
+    keys then values, so that sends and receives pair up one for one.
     """
     sends, recvs = [], []
     for p in range(len(runs_of)):
         out, into = [], []
-        for i, (keys, values) in enumerate(runs):
-            k = index[rank, i]
-            a, b = int(splits[p, k]), int(splits[p + 1, k])
-            part = [keys[a:b]] + ([] if values is None else [values[a:b]])
+        for i in range(len(runs_of[rank])):
             if p == rank:  # copied now, so that the runs can go before the merge
-                for dst, src in zip(_piece(buffers, k), part):
+                for dst, src in zip(_piece(buffers, index[rank, i]), part(p, i)):
                     copy_into(dst, src)
             else:
-                out += part
+                out += part(p, i)
         if p != rank:
             for i in range(len(runs_of[p])):
                 into += [x for x in _piece(buffers, index[p, i]) if x is not None]
         sends.append(out)
         recvs.append(into)
     return sends, recvs
+
+
+def _parts_of(runs: list[Pair], splits: np.ndarray, index: dict, rank: int) -> Callable[[int, int], list]:
+    """:func:`_slices`' ``part`` for runs in the memory they are exchanged from: rank ``p`` merges rows ``p, p + 1``."""
+    return lambda p, i: _part(runs[i], splits[p:p + 2, index[rank, i]])
+
+
+def _part(run: Pair, bounds: Sequence[int]) -> list[Any]:
+    """Slice ``[bounds[0], bounds[1])`` of a run's keys, and of its values where it has them."""
+    a, b = int(bounds[0]), int(bounds[1])
+    keys, values = run
+    return [keys[a:b]] + ([] if values is None else [values[a:b]])
+
+
+def _in_rounds(plan: Plan, comm: comms.Collectives, rank: int, runs: list[Pair], splits: np.ndarray, index: dict,
+               runs_of: list, output: Pair, okey: np.dtype) -> Pair:
+    """Rank ``rank``'s block of host runs' keys, merged into ``output`` through the GPUs in ``plan.rounds`` rounds.
+
+    In round ``b`` every rank takes up the slices of its runs that fall in
+    every rank's ``b``-th sub-block (:meth:`Plan.split_edges`), all in one
+    upload, and swaps them as the one-round sort does; each rank merges its
+    sub-block in its GPU's memory and brings it down into its place in
+    ``output``.  The GPU holds one round's sends, receive buffer and merge.
+    """
+    backend, rounds, nranks = get_backend(plan.backend), plan.rounds, len(runs_of)
+    at = 0
+    for b in range(rounds):
+        rows = [(p * rounds + b, p * rounds + b + 1) for p in range(nranks)]
+        wanted = [_part(runs[i], splits[rows[p], index[rank, i]]) for p in range(nranks) for i in range(len(runs))]
+        up = [_upload(backend, [w[f] for w in wanted]) for f in range(len(wanted[0]))] if wanted else []
+        ends = np.cumsum([0] + [len(w[0]) for w in wanted]).tolist()
+        sizes = np.array([splits[rows[rank][1], k] - splits[rows[rank][0], k] for k in range(len(index))], np.int64)
+        n = int(sizes.sum())
+        xp = module(spec_of(plan.backend).device)
+        buffers = _cut_buffer((xp.empty(n, okey), None if plan.value_dtype is None else xp.empty(n, plan.value_dtype)),
+                              sizes)
+
+        def part(p: int, i: int) -> list[Any]:
+            j = p * len(runs) + i
+            return [field[ends[j]:ends[j + 1]] for field in up]
+
+        sends, recvs = _slices(part, buffers, index, runs_of, rank)
+        comm.exchange(sends, recvs)
+        del sends, recvs
+        up.clear()  # the round's uploads go before its merge takes their room
+        pieces = [_piece(buffers, k) for k in range(len(index))]
+        keys, values = backend.download(tasks.merge_pieces(plan.backend, plan.key_dtype, plan.descending,
+                                                           plan.scheme, pieces, scratch=buffers[:2]))
+        del pieces, buffers
+        copy_into(output[0][at:at + n], keys)
+        if values is not None:
+            copy_into(output[1][at:at + n], values)
+        at += n
+    return output
+
+
+def _upload(backend: Any, parts: list[np.ndarray]) -> Any:
+    """Host ``parts`` end to end in ``backend``'s memory (one upload), as contiguous arrays of one dtype."""
+    return backend.upload([np.ascontiguousarray(p) for p in parts])
 
 
 def _form_runs(plan: Plan, rank: int, runs: list[list[int]], data: list) -> list[Pair]:
@@ -496,7 +576,12 @@ def _form_runs(plan: Plan, rank: int, runs: list[list[int]], data: list) -> list
 
 
 def _receive(plan: Plan, n: int, okey: np.dtype) -> Pair:
-    """This rank's receive buffer for ``n`` keys (and values; ``None``: keys only), where the ranks keep their data."""
+    """This rank's receive buffer for ``n`` keys (and values; ``None``: keys only), where the ranks keep their data.
+
+    With rounds, the block itself in host memory, keys decoded: it is merged into a sub-block at a time.
+    """
+    if plan.rounds > 1:
+        return np.empty(n, plan.key_dtype), None if plan.value_dtype is None else np.empty(n, plan.value_dtype)
     xp = module(plan.on_gpu)
     return xp.empty(n, okey), None if plan.value_dtype is None else xp.empty(n, plan.value_dtype)
 

@@ -49,7 +49,7 @@ from dask._task_spec import DataNode, Task, TaskRef
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 
-from gpusort.backends import MOVABLE_VALUE_BYTES, BackendSpec, Pair, backend_where, get_backend, on_device
+from gpusort.backends import MOVABLE_VALUE_BYTES, BackendSpec, Pair, backend_where, get_backend, on_device, spec_of
 from gpusort.engine import collective, comms, exchange, nccl, tasks
 from gpusort.keys import corank, order
 from gpusort.memory import plan
@@ -210,6 +210,20 @@ def _task_bytes_setting() -> int | None:
         return int(dask.utils.parse_bytes(setting) if isinstance(setting, str) else setting)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"dask config gpusort.task-bytes={setting!r}; use 'auto', a size like '16MiB', or 0") from exc
+
+
+def _rounds_setting() -> int | None:
+    """``gpusort.collective-rounds``: the rounds of a collective sort's exchange, ``None`` for ``"auto"``.
+
+    More rounds hold less GPU memory at once; tests take the rounds' path
+    with host communicators, where nothing would choose it.
+    """
+    setting = dask.config.get("gpusort.collective-rounds", "auto")
+    if setting == "auto":
+        return None
+    if not isinstance(setting, int) or isinstance(setting, bool) or setting < 1:
+        raise ValueError(f"dask config gpusort.collective-rounds={setting!r}; use 'auto' or a count of rounds >= 1")
+    return setting
 
 
 def task_groups(lengths: tuple[int, ...], element_bytes: int, target: int) -> list[tuple[int, int]]:
@@ -441,9 +455,12 @@ def sort(
             keys, values, backend, forced=method == "collective", positions=positions, descending=descending,
             keys_returned=keys_returned)
         if group is not None:
+            host = spec_of(backend).device and not on_device(keys._meta)
+            rounds = _rounds_setting() or (host_rounds(keys, values, spec_of(backend), len(group.workers), positions,
+                                                       descending, keys_returned) if host else 1)
             return on_ranks([(keys, values)], descending=descending, backend=backend, chunk=chunk,
                             positions=positions, keys_returned=keys_returned, group=group,
-                            upload=_spec(backend).device and not on_device(keys._meta))
+                            upload=host and rounds == 1, rounds=rounds)
         return _sort_across_workers(keys, values, descending=descending, backend=backend, chunk=chunk,
                                     positions=positions, keys_returned=keys_returned)
     if whole_on_gpu(keys, values, backend, positions, descending, keys_returned):
@@ -454,10 +471,6 @@ def sort(
     return merge_sorted_runs(runs, key_dtype=keys.dtype, descending=descending, chunk=chunk, backend=backend)
 
 
-def _spec(backend: Any) -> BackendSpec:
-    return backend if isinstance(backend, BackendSpec) else BackendSpec(backend)
-
-
 def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forced: bool = False,
                      positions: bool = False, descending: bool = False, keys_returned: bool = True
                      ) -> comms.Group | None:
@@ -465,24 +478,22 @@ def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forc
 
     1-D keys (and values the GPU kernels move) on a cluster of GPU workers
     with NCCL (:func:`gpusort.engine.nccl.ensure`, which makes the
-    communicators on first use): CuPy chunks, or host chunks sorted with
-    ``backend="cupy"`` whose every rank's share fits its GPU
-    (:func:`ranks_hold`), which then go up once and come down once.  With
+    communicators on first use): CuPy chunks, or host chunks of the keys the
+    kernels sort, with ``backend="cupy"`` (:func:`host_rounds`: up once and
+    down once where every rank's share fits its GPU, else in rounds).  With
     ``forced`` (``gpusort.exchange: "collective"``) a sort that cannot run
     there is refused, saying why, and the workers' communicators serve
     whatever chunks they move (tests install host communicators that move
     NumPy chunks).
     """
-    spec = _spec(backend)
+    spec = spec_of(backend)
     shaped = keys.ndim == 1 and (values is None or (values.ndim == 1 and values.dtype.itemsize in MOVABLE_VALUE_BYTES))
     if not forced and (not shaped or not spec.device):
         return None
     client = _client()
-    if not forced and not on_device(keys._meta):  # host chunks: only where every rank's share fits its GPU
-        workers = client.scheduler_info(n_workers=2)
-        if not ranks_hold(keys, values, spec, workers.get("n_workers", len(workers["workers"])), positions,
-                          descending, keys_returned):
-            return None  # past what the GPUs hold together: out of core, through P2P
+    if not forced and not on_device(keys._meta) and host_rounds(keys, values, spec, 2, positions, descending,
+                                                                keys_returned) is None:
+        return None  # host keys the GPU kernels do not take: out of core, through P2P
     group = nccl.ensure(client)
     if forced and group is None:
         raise ValueError(f"dask config gpusort.exchange='collective', but {nccl.why_not(client)}; "
@@ -494,24 +505,39 @@ def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forc
     return group
 
 
-def ranks_hold(keys: da.Array, values: da.Array | None, spec: BackendSpec, nranks: int, positions: bool,
-               descending: bool, keys_returned: bool) -> bool:
-    """Whether host chunks sort on ``nranks`` GPUs in one go: each rank's share, with its sort, within its budget.
+def host_rounds(keys: da.Array, values: da.Array | None, spec: BackendSpec, nranks: int, positions: bool,
+                descending: bool, keys_returned: bool) -> int | None:
+    """In how many rounds host chunks sort on ``nranks`` GPUs: 1 where every rank's share goes up in one step.
 
     A rank's share is what :func:`gpusort.engine.collective.place` gives the
     most loaded rank (an eighth over ``1 / nranks`` of the keys, or a chunk
-    larger than that); its sort holds what one whole-GPU step of that many
-    keys does (:func:`gpusort.memory.plan.whole_bytes`), within
-    ``gpu_memory_budget``, or the workers' default budget.
+    larger than that).  Where its sort fits ``gpu_memory_budget`` (or the
+    workers' default budget) as one whole-GPU step
+    (:func:`gpusort.memory.plan.whole_bytes`), the share goes up once and its
+    block comes down once: 1.  Past that, each rank sorts its runs out of
+    core, and a round takes up a part of every run and merges a part of every
+    block: about four arrays of a round's keys and values (sends, receive
+    buffer, the merge's and the decode's), within the budget.  ``None`` for
+    keys the GPU kernels do not sort from host memory (P2P sorts them).
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> x = da.zeros(2**20, dtype="int64", chunks=2**18)
+    >>> [host_rounds(x, None, BackendSpec("cupy", b), 2, False, False, True) for b in (2**30, 2**22)]
+    [1, 6]
     """
     if keys.dtype.kind not in "biuf" or not keys.dtype.isnative or (values is not None and not values.dtype.isnative):
-        return False
+        return None
     lengths = [int(c) for c in keys.chunks[0]]
     owner = collective.place(lengths, 1, [None] * len(lengths), nranks)
     share = int(max(np.bincount(owner, weights=lengths, minlength=nranks).max(), 1))
-    need = _step_bytes(share, keys, values, positions, descending, keys_returned)
-    budget = spec.gpu_memory_budget if spec.gpu_memory_budget is not None else default_budget_seen()
-    return need <= budget * plan.PLAN_FRACTION
+    budget = (spec.gpu_memory_budget if spec.gpu_memory_budget is not None else default_budget_seen()) \
+        * plan.PLAN_FRACTION
+    if _step_bytes(share, keys, values, positions, descending, keys_returned) <= budget:
+        return 1
+    element = keys.dtype.itemsize + (8 if positions else 0 if values is None else values.dtype.itemsize)
+    return max(2, -(-4 * share * element // max(int(budget), 1)))
 
 
 def _step_bytes(n: int, keys: da.Array, values: da.Array | None, positions: bool, descending: bool,
@@ -524,7 +550,7 @@ def _step_bytes(n: int, keys: da.Array, values: da.Array | None, positions: bool
 
 def on_ranks(parts: list[tuple[da.Array, da.Array | None]], *, descending: bool, backend: Any,
              chunk: int | tuple[int, ...], group: comms.Group, positions: bool = False, keys_returned: bool = True,
-             upload: bool = False, presorted: Any = None) -> tuple[da.Array, da.Array | None]:
+             upload: bool = False, presorted: Any = None, rounds: int = 1) -> tuple[da.Array, da.Array | None]:
     """The ``parts``' keys (and values), end to end, sorted -- or merged, ``presorted`` -- by the ranks of ``group``.
 
     Output chunks of ``chunk`` are views of their rank's block
@@ -540,7 +566,7 @@ def on_ranks(parts: list[tuple[da.Array, da.Array | None]], *, descending: bool,
         inputs += [chunk_inputs(k, v, i, i + 1) for i in range(k.numblocks[0])]
     on = collective.rank_graph(parts, descending=descending, backend=backend, ranks=ranks, positions=positions,
                                keys_returned=keys_returned, group=group, client=_client(), declared=declared,
-                               inputs=inputs, upload=upload, presorted=presorted)
+                               inputs=inputs, upload=upload, presorted=presorted, rounds=rounds)
     # "output", as P2P's output tasks: a view waits for its rank's merge, and no phase counts that wait.
     out = _field(on.graph, on.name, 0, "output", sizes, keys._meta, keys.dtype, on.blocks, workers=group.workers)
     if on.value_dtype is None:
@@ -574,7 +600,7 @@ def whole_on_gpu(keys: da.Array, values: da.Array | None, backend: Any, position
     >>> whole_on_gpu(x, None, "cupy", False), whole_on_gpu(x, None, "numpy", False)
     (True, False)
     """
-    spec = _spec(backend)
+    spec = spec_of(backend)
     if not spec.device or on_device(keys._meta) or keys.ndim != 1 or not keys.shape[0] \
             or keys.dtype.kind not in "biuf" or not keys.dtype.isnative or _task_bytes_setting() is not None:
         return False
