@@ -117,8 +117,8 @@ class Backend(Protocol):
     def upload(self, parts: Sequence[Any]) -> Any:
         """Host ``parts`` (1-D, one dtype) end to end in one new array in this backend's memory, ready to use."""
 
-    def download(self, pair: Pair) -> Pair:
-        """``pair`` (this backend's arrays, or ``None``) in host memory."""
+    def download(self, pair: Pair, out: Pair | None = None) -> Pair:
+        """``pair`` (this backend's arrays, or ``None``) in host memory: into ``out`` (contiguous, of their sizes) where given."""
 
 
 @dataclass(frozen=True)

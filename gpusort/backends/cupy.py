@@ -283,16 +283,16 @@ class CupyBackend:
         current.wait_event(work.record())
         return out
 
-    def download(self, pair: Pair) -> Pair:
+    def download(self, pair: Pair, out: Pair | None = None) -> Pair:
         # The copies wait for the work stream: make it wait for this thread's, where the pair was made.
         staging.streams().work.wait_event(cupy.cuda.get_current_stream().record())
-        out = []
-        for dev in pair:
-            host = None if dev is None else staging.host_empty(dev.size, dev.dtype).reshape(dev.shape)
+        into = []
+        for dev, host in zip(pair, out or (None, None)):
             if dev is not None:
+                host = staging.host_empty(dev.size, dev.dtype).reshape(dev.shape) if host is None else host
                 staging.to_host(dev, host)
-            out.append(host)
-        return out[0], out[1]
+            into.append(host)
+        return into[0], into[1]
 
     def beyond(self, blocks: Sequence[Any], pivot: Any, complement: bool, room: int) -> tuple[int, Any]:
         """:func:`encoded_beyond` of ``blocks``, host blocks uploaded first."""

@@ -541,12 +541,10 @@ def _in_rounds(plan: Plan, comm: comms.Collectives, rank: int, runs: list[Pair],
         del sends, recvs
         up.clear()  # the round's uploads go before its merge takes their room
         pieces = [_piece(buffers, k) for k in range(len(index))]
-        keys, values = backend.download(tasks.merge_pieces(plan.backend, plan.key_dtype, plan.descending,
-                                                           plan.scheme, pieces, scratch=buffers[:2]))
+        merged = tasks.merge_pieces(plan.backend, plan.key_dtype, plan.descending, plan.scheme, pieces,
+                                    scratch=buffers[:2])
         del pieces, buffers
-        copy_into(output[0][at:at + n], keys)
-        if values is not None:
-            copy_into(output[1][at:at + n], values)
+        backend.download(merged, tuple(None if a is None else a[at:at + n] for a in output))
         at += n
     return output
 
