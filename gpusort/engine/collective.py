@@ -90,10 +90,17 @@ class Plan:
     rounds: int = 1  # > 1: host runs, exchanged and merged through the GPUs a sub-block of every block at a time
 
     def runs_of(self, rank: int) -> list[list[int]]:
-        """Rank ``rank``'s runs, each a list of its chunk indices."""
+        """Rank ``rank``'s runs, each a list of its chunk indices.
+
+        With rounds, a run a chunk: each is sorted in one step on the GPU
+        and the rounds' merges take them all, where runs of many chunks
+        would be merged out of core over the host link first.
+        """
         held = list(self.owned[rank])
         if not held:
             return []
+        if self.rounds > 1:
+            return [[k] for k in held]
         if self.merge_all:
             return [held]
         return [run for ids in exchange.consecutive(held) for run in _cut_at(ids, self.bounds)]
