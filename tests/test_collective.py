@@ -300,6 +300,52 @@ def test_a_failing_rank_fails_the_sort_everywhere(client):
     np.testing.assert_array_equal(gpusort.sort(x[::-1]).compute(), np.arange(40_000))
 
 
+def test_a_rank_failing_inside_a_round_fails_the_sort_everywhere(client, monkeypatch):
+    """A rank whose second round's merge fails (out of memory, say): every rank stops at the next agreement."""
+    merge, calls = collective.tasks.merge_pieces, []
+
+    def failing(*args, **kwargs):
+        if threading.current_thread().name.startswith("gpusort-rank-1-"):
+            calls.append(1)
+            if len(calls) == 2:
+                raise MemoryError("out of memory in round 2")
+        return merge(*args, **kwargs)
+
+    monkeypatch.setattr(collective.tasks, "merge_pieces", failing)
+    x = da.from_array(np.random.default_rng(6).permutation(60_000), chunks=10_000)
+    start = time.monotonic()
+    with dask.config.set({"gpusort.collective-rounds": 3}), pytest.raises(Exception, match="out of memory in round 2"):
+        gpusort.sort(x).compute()
+    assert time.monotonic() - start < comms.TIMEOUT / 3, "the peers waited for a timeout"
+    monkeypatch.setattr(collective.tasks, "merge_pieces", merge)
+    with dask.config.set({"gpusort.collective-rounds": 3}):  # the communicators are still well
+        np.testing.assert_array_equal(gpusort.sort(x).compute(), np.arange(60_000))
+
+
+def test_every_view_of_a_failed_rank_raises_its_error_with_the_rank_s_traceback():
+    """Views share the rank's exception: each raise must not lengthen its traceback (quadratic in the views)."""
+    import asyncio
+    import concurrent.futures
+    import traceback
+
+    future = concurrent.futures.Future()
+    try:
+        raise ValueError("a is not sorted")
+    except ValueError as exc:
+        future.set_exception(exc)
+    block = collective.Block(future)
+
+    async def depth() -> int:
+        try:
+            await collective.view(block, 0, 0, 1)
+        except ValueError as exc:
+            return len(traceback.extract_tb(exc.__traceback__))
+        raise AssertionError("the view did not raise")
+
+    depths = [asyncio.run(depth()) for _ in range(20)]
+    assert len(set(depths)) == 1, depths
+
+
 def test_communicators_of_the_cluster_are_found_again(client):
     group = nccl.ensure(client)
     assert group is not None and group.kind == "host" and len(group.workers) == 3

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import threading
 import time
@@ -232,16 +233,29 @@ class Block:
     block's memory from then on.  It lives in its worker's process only.
     """
 
-    __slots__ = ("future",)
+    __slots__ = ("future", "_traceback")
 
     def __init__(self, future: concurrent.futures.Future):
         self.future = future
+        self._traceback: Any = None
 
     async def pair(self) -> Pair:
-        """The merged keys and values, once the rank's sort has ended (its error, where it failed)."""
+        """The merged keys and values, once the rank's sort has ended (its error, where it failed).
+
+        A view that is cancelled does not cancel the rank's sort for its
+        peers (``shield``); every view raises the rank's error with the
+        rank's own traceback, not one that each raise of the shared
+        exception would lengthen (quadratic in the views).
+        """
         if not self.future.done():
-            await asyncio.wrap_future(self.future)
-        return self.future.result()
+            with contextlib.suppress(Exception):
+                await asyncio.shield(asyncio.wrap_future(self.future))
+        failure = self.future.exception()
+        if failure is None:
+            return self.future.result()
+        if self._traceback is None:
+            self._traceback = failure.__traceback__
+        raise failure.with_traceback(self._traceback)
 
     def __sizeof__(self) -> int:
         return 64  # the views account for the block's bytes, each for its own
@@ -527,33 +541,44 @@ def _in_rounds(plan: Plan, comm: comms.Collectives, rank: int, runs: list[Pair],
     ``output``.  The GPU holds one round's sends, receive buffer and merge.
     """
     backend, rounds, nranks = get_backend(plan.backend), plan.rounds, len(runs_of)
-    at = 0
+    xp = module(spec_of(plan.backend).device)
+    none = np.empty(0, np.uint8)
+    at, failure = 0, None
     for b in range(rounds):
         rows = [(p * rounds + b, p * rounds + b + 1) for p in range(nranks)]
-        wanted = [_part(runs[i], splits[rows[p], index[rank, i]]) for p in range(nranks) for i in range(len(runs))]
-        up = [_upload(backend, [w[f] for w in wanted]) for f in range(len(wanted[0]))] if wanted else []
-        ends = np.cumsum([0] + [len(w[0]) for w in wanted]).tolist()
         sizes = np.array([splits[rows[rank][1], k] - splits[rows[rank][0], k] for k in range(len(index))], np.int64)
         n = int(sizes.sum())
-        xp = module(spec_of(plan.backend).device)
-        buffers = _cut_buffer((xp.empty(n, okey), None if plan.value_dtype is None else xp.empty(n, plan.value_dtype)),
-                              sizes)
-
-        def part(p: int, i: int) -> list[Any]:
-            j = p * len(runs) + i
-            return [field[ends[j]:ends[j + 1]] for field in up]
-
-        sends, recvs = _slices(part, buffers, index, runs_of, rank)
+        if failure is None:  # the round's uploads and buffers; where they fail, every rank stops before the swap
+            try:
+                wanted = [_part(runs[i], splits[rows[p], index[rank, i]]) for p in range(nranks)
+                          for i in range(len(runs))]
+                up = [_upload(backend, [w[f] for w in wanted]) for f in range(len(wanted[0]))] if wanted else []
+                ends = np.cumsum([0] + [len(w[0]) for w in wanted]).tolist()
+                buffers = _cut_buffer((xp.empty(n, okey),
+                                       None if plan.value_dtype is None else xp.empty(n, plan.value_dtype)), sizes)
+                sends, recvs = _slices(_uploaded(up, ends, len(runs)), buffers, index, runs_of, rank)
+            except Exception as exc:
+                failure = exc
+        comm.all_gather(none, [0] * nranks, failure)  # raises on every rank where any failed (this round, or the last merge)
         comm.exchange(sends, recvs)
-        del sends, recvs
-        up.clear()  # the round's uploads go before its merge takes their room
-        pieces = [_piece(buffers, k) for k in range(len(index))]
-        merged = tasks.merge_pieces(plan.backend, plan.key_dtype, plan.descending, plan.scheme, pieces,
-                                    scratch=buffers[:2])
-        del pieces, buffers
-        backend.download(merged, tuple(None if a is None else a[at:at + n] for a in output))
+        del sends, recvs, up  # the round's uploads go before its merge takes their room
+        try:
+            pieces = [_piece(buffers, k) for k in range(len(index))]
+            merged = tasks.merge_pieces(plan.backend, plan.key_dtype, plan.descending, plan.scheme, pieces,
+                                        scratch=buffers[:2])
+            del pieces, buffers
+            backend.download(merged, tuple(None if a is None else a[at:at + n] for a in output))
+            del merged  # before the next round's uploads
+        except Exception as exc:
+            failure = exc
         at += n
+    comm.all_gather(none, [0] * nranks, failure)
     return output
+
+
+def _uploaded(up: list, ends: list[int], nruns: int) -> Callable[[int, int], list]:
+    """:func:`_slices`' ``part`` for a round's uploads ``up`` (keys, values): rank ``p``'s slice of run ``i``."""
+    return lambda p, i: [field[ends[p * nruns + i]:ends[p * nruns + i + 1]] for field in up]
 
 
 def _upload(backend: Any, parts: list[np.ndarray]) -> Any:

@@ -455,12 +455,14 @@ def sort(
             keys, values, backend, forced=method == "collective", positions=positions, descending=descending,
             keys_returned=keys_returned)
         if group is not None:
-            host = spec_of(backend).device and not on_device(keys._meta)
-            rounds = _rounds_setting() or (host_rounds(keys, values, spec_of(backend), len(group.workers), positions,
-                                                       descending, keys_returned) if host else 1)
+            device, host = spec_of(backend).device, not on_device(keys._meta)
+            rounds = 1
+            if host:  # host chunks: up once (one round) where the shares fit the GPUs, else in rounds
+                rounds = _rounds_setting() or (device and host_rounds(keys, values, spec_of(backend), len(group.workers),
+                                                                      positions, descending, keys_returned)) or 1
             return on_ranks([(keys, values)], descending=descending, backend=backend, chunk=chunk,
                             positions=positions, keys_returned=keys_returned, group=group,
-                            upload=host and rounds == 1, rounds=rounds)
+                            upload=device and host and rounds == 1, rounds=rounds)
         return _sort_across_workers(keys, values, descending=descending, backend=backend, chunk=chunk,
                                     positions=positions, keys_returned=keys_returned)
     if whole_on_gpu(keys, values, backend, positions, descending, keys_returned):
