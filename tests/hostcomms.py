@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gpusort.arrays import in_memory, is_cupy, to_numpy
+from gpusort.arrays import copy_into, in_memory, is_cupy, to_numpy
 from gpusort.engine import comms
 
 
@@ -66,7 +66,9 @@ class HostComm(comms.Collectives):
         assert [len(g) for g in got] == [int(n) for n in nbytes], "ranks disagree on what they gather"
         return got
 
-    def exchange(self, sends: Sequence[Sequence[Any]], recvs: Sequence[Sequence[Any]]) -> None:
+    def exchange(self, sends: Sequence[Sequence[Any]], recvs: Sequence[Sequence[Any]], local: Sequence = ()) -> None:
+        for dst, src in local:
+            copy_into(dst, src)
         got = self._swap([[np.array(to_numpy(a)) for a in out] for out in sends], comms.TIMEOUT)
         for p in range(self.size):
             if p == self.rank:

@@ -58,7 +58,7 @@ from dask._task_spec import List, TaskRef
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from gpusort.arrays import copy_into, module, synchronize, to_numpy
+from gpusort.arrays import module, synchronize, to_numpy
 from gpusort.backends import Pair, get_backend, on_device, spec_of
 from gpusort.engine import comms, exchange, tasks
 from gpusort.keys import corank, order
@@ -470,10 +470,10 @@ def _sort(plan: Plan, comm: comms.Collectives, rank: int, data: list) -> Pair:
 
     # The exchange: rank p gets slices [splits[p], splits[p + 1]) of every run, into one buffer in run order.
     buffers = _cut_buffer(received, splits[rank + 1] - splits[rank])
-    sends, recvs = _slices(_parts_of(runs, splits, index, rank), buffers, index, runs_of, rank)
-    comm.exchange(sends, recvs)
+    sends, recvs, local = _slices(_parts_of(runs, splits, index, rank), buffers, index, runs_of, rank)
+    comm.exchange(sends, recvs, local)
     seconds["exchange"] = lap()
-    del runs, sends, recvs
+    del runs, sends, recvs, local
     pieces = [_piece(buffers, k) for k in range(len(table))]
     merged = tasks.merge_pieces(plan.backend, plan.key_dtype, plan.descending, plan.scheme, pieces,
                                  scratch=buffers[:2])  # the buffer is the pieces end to end: merged in place
@@ -494,20 +494,19 @@ def _piece(buffers: tuple[Any, Any, list[int], np.ndarray], k: int) -> Pair:
 
 
 def _slices(part: Callable[[int, int], list], buffers: tuple, index: dict, runs_of: list, rank: int
-            ) -> tuple[list[list[Any]], list[list[Any]]]:
-    """What this rank sends every other rank and where it receives theirs; its own slices copied in place.
+            ) -> tuple[list[list[Any]], list[list[Any]], list[tuple[Any, Any]]]:
+    """What this rank sends every other rank, where it receives theirs, and its own slices' ``(into, from)``.
 
     ``part(p, i)``: the arrays (keys, then values) of this rank's run ``i``
     that rank ``p`` merges.  Both sides list a rank's runs in run order,
     keys then values, so that sends and receives pair up one for one.
     """
-    sends, recvs = [], []
+    sends, recvs, local = [], [], []
     for p in range(len(runs_of)):
         out, into = [], []
         for i in range(len(runs_of[rank])):
-            if p == rank:  # copied now, so that the runs can go before the merge
-                for dst, src in zip(_piece(buffers, index[rank, i]), part(p, i)):
-                    copy_into(dst, src)
+            if p == rank:
+                local += zip(_piece(buffers, index[rank, i]), part(p, i))
             else:
                 out += part(p, i)
         if p != rank:
@@ -515,7 +514,7 @@ def _slices(part: Callable[[int, int], list], buffers: tuple, index: dict, runs_
                 into += [x for x in _piece(buffers, index[p, i]) if x is not None]
         sends.append(out)
         recvs.append(into)
-    return sends, recvs
+    return sends, recvs, local
 
 
 def _parts_of(runs: list[Pair], splits: np.ndarray, index: dict, rank: int) -> Callable[[int, int], list]:
@@ -556,12 +555,12 @@ def _in_rounds(plan: Plan, comm: comms.Collectives, rank: int, runs: list[Pair],
                 ends = np.cumsum([0] + [len(w[0]) for w in wanted]).tolist()
                 buffers = _cut_buffer((xp.empty(n, okey),
                                        None if plan.value_dtype is None else xp.empty(n, plan.value_dtype)), sizes)
-                sends, recvs = _slices(_uploaded(up, ends, len(runs)), buffers, index, runs_of, rank)
+                sends, recvs, local = _slices(_uploaded(up, ends, len(runs)), buffers, index, runs_of, rank)
             except Exception as exc:
                 failure = exc
         comm.all_gather(none, [0] * nranks, failure)  # raises on every rank where any failed (this round, or the last merge)
-        comm.exchange(sends, recvs)
-        del sends, recvs, up  # the round's uploads go before its merge takes their room
+        comm.exchange(sends, recvs, local)
+        del sends, recvs, local, up  # the round's uploads go before its merge takes their room
         try:
             pieces = [_piece(buffers, k) for k in range(len(index))]
             merged = tasks.merge_pieces(plan.backend, plan.key_dtype, plan.descending, plan.scheme, pieces,

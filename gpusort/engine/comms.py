@@ -270,8 +270,12 @@ class Collectives:
     def _gather(self, mine: np.ndarray, nbytes: Sequence[int], timeout: float) -> list[np.ndarray]:
         raise NotImplementedError
 
-    def exchange(self, sends: Sequence[Sequence[Any]], recvs: Sequence[Sequence[Any]]) -> None:
-        """Send ``sends[p]`` to rank ``p`` and receive ``recvs[p]`` from it, in order, for every other rank ``p``."""
+    def exchange(self, sends: Sequence[Sequence[Any]], recvs: Sequence[Sequence[Any]], local: Sequence = ()) -> None:
+        """Send ``sends[p]`` to rank ``p`` and receive ``recvs[p]`` from it, in order, for every other rank ``p``.
+
+        ``local``: ``(destination, source)`` arrays of this rank's own
+        slices, copied while the others move.
+        """
         raise NotImplementedError
 
     def _until(self, ready: Any, timeout: float) -> None:

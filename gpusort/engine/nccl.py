@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from gpusort.arrays import copy_into
 from gpusort.engine import comms
 
 
@@ -111,10 +112,11 @@ class NcclComm(comms.Collectives):
             host = buffer.get()
         return [mine if p == self.rank else host[ends[p]:ends[p + 1]] for p in range(self.size)]
 
-    def exchange(self, sends: Sequence[Sequence[Any]], recvs: Sequence[Sequence[Any]]) -> None:
-        self._exchange(sends, recvs, comms.TIMEOUT)
+    def exchange(self, sends: Sequence[Sequence[Any]], recvs: Sequence[Sequence[Any]], local: Sequence = ()) -> None:
+        self._exchange(sends, recvs, comms.TIMEOUT, local)
 
-    def _exchange(self, sends: Sequence[Sequence[Any]], recvs: Sequence[Sequence[Any]], timeout: float) -> None:
+    def _exchange(self, sends: Sequence[Sequence[Any]], recvs: Sequence[Sequence[Any]], timeout: float,
+                  local: Sequence = ()) -> None:
         import cupy
         from cupy.cuda import nccl
 
@@ -136,6 +138,10 @@ class NcclComm(comms.Collectives):
                             self.comm.recv(ptr, count, kind, peer, self.stream.ptr)
             finally:
                 nccl.groupEnd()
+            # This rank's own slices, on this thread's stream while NCCL's moves the others' (after it has
+            # recorded what NCCL waits for): the merge that follows on this stream comes after both.
+            for dst, src in local:
+                copy_into(dst, src)
             self._wait(timeout)
 
     def _wait(self, timeout: float) -> None:
