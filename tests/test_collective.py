@@ -198,6 +198,28 @@ def test_sorts_in_rounds_exact(client, rng, dtype, pattern, rounds):
     assert_sorts_exact(x, s, p, k, v, sd)
 
 
+def test_rounds_keep_every_rank_s_sends_within_a_round_s_share(client, monkeypatch):
+    """Rank 0 holds the first third of every rank's block: a round of equal pieces would take all its keys at once."""
+    n, block = 60_000, 20_000
+    first = np.concatenate([np.arange(p * block, p * block + block // 3) for p in range(3)])
+    rest = np.setdiff1d(np.arange(n), first)
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.permutation(first), rng.permutation(rest)])  # chunks 0-1 go to rank 0
+    assert len(first) <= block
+    upload, sizes = collective._upload, []
+
+    def counted(backend, parts):
+        sizes.append(sum(len(p) for p in parts))
+        return upload(backend, parts)
+
+    monkeypatch.setattr(collective, "_upload", counted)
+    with dask.config.set({"gpusort.collective-rounds": 2}):
+        got = gpusort.sort(da.from_array(x, chunks=10_000)).compute()
+    np.testing.assert_array_equal(got, np.arange(n))
+    cap = -(-9 * block // (8 * 2))  # a round's share of the largest rank's keys, an eighth to spare
+    assert max(sizes) <= cap, f"a round took up {max(sizes)} keys, past {cap}"
+
+
 def test_rounds_setting_is_checked(client):
     with dask.config.set({"gpusort.collective-rounds": 0}), pytest.raises(ValueError, match="collective-rounds=0"):
         gpusort.sort(da.arange(10, chunks=5))

@@ -114,19 +114,29 @@ class Plan:
         return sum(self.declared[k][1] for k in run)
 
     def split_edges(self) -> np.ndarray:
-        """The output ranks the splitters cut at: every rank's block's edges, each block cut into ``rounds`` sub-blocks.
+        """The output ranks the splitters cut at: every rank's block's edges, each block cut into :meth:`pieces`.
 
-        Edge ``r * rounds + b`` starts sub-block ``b`` of rank ``r``'s block.
+        Edge ``r * pieces + b`` starts piece ``b`` of rank ``r``'s block.
 
         Examples
         --------
-        >>> Plan.split_edges.__get__(type("P", (), {"edges": (0, 10, 20), "rounds": 3})())().tolist()
+        >>> Plan.split_edges.__get__(type("P", (), {"edges": (0, 10, 20), "pieces": lambda self: 3})())().tolist()
         [0, 3, 6, 10, 13, 16, 20]
         """
         edges = np.asarray(self.edges, np.int64)
-        cuts = np.arange(self.rounds, dtype=np.int64)
-        inside = edges[:-1, None] + (edges[1:, None] - edges[:-1, None]) * cuts[None, :] // self.rounds
+        cuts = np.arange(self.pieces(), dtype=np.int64)
+        inside = edges[:-1, None] + (edges[1:, None] - edges[:-1, None]) * cuts[None, :] // self.pieces()
         return np.concatenate((inside.ravel(), edges[-1:]))
+
+    def pieces(self) -> int:
+        """How many pieces of every rank's block the splitters cut: :data:`PIECES` a round, one without rounds."""
+        return 1 if self.rounds == 1 else self.rounds * PIECES
+
+
+#: Pieces of every rank's block a planned round takes: the rounds are groups
+#: of consecutive pieces that keep every rank's sends and receives within a
+#: round's share (:func:`_group_pieces`), however the keys lie across ranks.
+PIECES = 4
 
 
 # --- the graph ----------------------------------------------------------------------------------
@@ -531,20 +541,24 @@ def _part(run: Pair, bounds: Sequence[int]) -> list[Any]:
 
 def _in_rounds(plan: Plan, comm: comms.Collectives, rank: int, runs: list[Pair], splits: np.ndarray, index: dict,
                runs_of: list, output: Pair, okey: np.dtype) -> Pair:
-    """Rank ``rank``'s block of host runs' keys, merged into ``output`` through the GPUs in ``plan.rounds`` rounds.
+    """Rank ``rank``'s block of host runs' keys, merged into ``output`` through the GPUs, a round at a time.
 
-    In round ``b`` every rank takes up the slices of its runs that fall in
-    every rank's ``b``-th sub-block (:meth:`Plan.split_edges`), all in one
-    upload, and swaps them as the one-round sort does; each rank merges its
-    sub-block in its GPU's memory and brings it down into its place in
-    ``output``.  The GPU holds one round's sends, receive buffer and merge.
+    A round is a range of pieces of every rank's block (:meth:`Plan.split_edges`,
+    :func:`_group_pieces`): every rank takes up the slices of its runs that
+    fall in it, all in one upload, and swaps them as the one-round sort
+    does; each rank merges its part in its GPU's memory and brings it down
+    into its place in ``output``.  The GPU holds one round's sends, receive
+    buffer and merge.
     """
-    backend, rounds, nranks = get_backend(plan.backend), plan.rounds, len(runs_of)
+    backend, pieces, nranks = get_backend(plan.backend), plan.pieces(), len(runs_of)
     xp = module(spec_of(plan.backend).device)
     none = np.empty(0, np.uint8)
+    owner = np.array([r for _, r, _ in plan.table()], np.int64)  # the rank that holds each run
+    load = max(sum(plan.length(run) for run in runs_of[r]) for r in range(nranks))
     at, failure = 0, None
-    for b in range(rounds):
-        rows = [(p * rounds + b, p * rounds + b + 1) for p in range(nranks)]
+    # A round's share, an eighth to spare (host_rounds plans for it): pieces are not all alike.
+    for a, b in _group_pieces(splits, owner, nranks, pieces, -(-9 * load // (8 * plan.rounds))):
+        rows = [(p * pieces + a, p * pieces + b) for p in range(nranks)]
         sizes = np.array([splits[rows[rank][1], k] - splits[rows[rank][0], k] for k in range(len(index))], np.int64)
         n = int(sizes.sum())
         if failure is None:  # the round's uploads and buffers; where they fail, every rank stops before the swap
@@ -562,17 +576,44 @@ def _in_rounds(plan: Plan, comm: comms.Collectives, rank: int, runs: list[Pair],
         comm.exchange(sends, recvs, local)
         del sends, recvs, local, up  # the round's uploads go before its merge takes their room
         try:
-            pieces = [_piece(buffers, k) for k in range(len(index))]
-            merged = tasks.merge_pieces(plan.backend, plan.key_dtype, plan.descending, plan.scheme, pieces,
+            parts = [_piece(buffers, k) for k in range(len(index))]
+            merged = tasks.merge_pieces(plan.backend, plan.key_dtype, plan.descending, plan.scheme, parts,
                                         scratch=buffers[:2])
-            del pieces, buffers
-            backend.download(merged, tuple(None if a is None else a[at:at + n] for a in output))
+            del parts, buffers
+            backend.download(merged, tuple(None if x is None else x[at:at + n] for x in output))
             del merged  # before the next round's uploads
         except Exception as exc:
             failure = exc
         at += n
     comm.all_gather(none, [0] * nranks, failure)
     return output
+
+
+def _group_pieces(splits: np.ndarray, owner: np.ndarray, nranks: int, pieces: int, cap: int) -> list[tuple[int, int]]:
+    """The rounds: ranges ``[a, b)`` of consecutive pieces in which no rank sends or receives more than ``cap`` keys.
+
+    Every rank computes the same rounds from the same split vectors.  A
+    piece alone may pass ``cap`` (keys that all lie in one piece): it is a
+    round of its own.
+
+    Examples
+    --------
+    >>> s = np.array([[0, 0], [2, 2], [4, 4], [6, 6], [8, 8]])  # two runs (of ranks 0 and 1), 2 ranks x 2 pieces
+    >>> _group_pieces(s, np.array([0, 1]), 2, 2, 8), _group_pieces(s, np.array([0, 1]), 2, 2, 4)
+    ([(0, 2)], [(0, 1), (1, 2)])
+    """
+    take = np.diff(splits, axis=0).reshape(nranks, pieces, -1)  # [p, f, k]: run k's keys in piece f of p's block
+    received = take.sum(axis=2)  # [p, f]
+    sent = np.stack([take[:, :, owner == q].sum(axis=(0, 2)) for q in range(nranks)])  # [q, f]
+    rounds, start = [], 0
+    while start < pieces:
+        stop = start + 1
+        while stop < pieces and max(received[:, start:stop + 1].sum(axis=1).max(),
+                                    sent[:, start:stop + 1].sum(axis=1).max()) <= cap:
+            stop += 1
+        rounds.append((start, stop))
+        start = stop
+    return rounds
 
 
 def _uploaded(up: list, ends: list[int], nruns: int) -> Callable[[int, int], list]:
