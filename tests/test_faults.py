@@ -492,7 +492,7 @@ def test_worker_killed_on_a_one_gpu_cluster(tmp_path, layer, index):
 @pytest.mark.multi_gpu
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("layer, index", [("launch", 1), ("collective", 1), ("collective:runs", None),
-                                          ("collective:exchange", None), ("collective:merge", None), ("sorted", 0)])
+                                          ("collective:exchange", None), ("collective:merge", None), ("output", 0)])
 def test_worker_killed_in_a_collective_sort_fails_clearly_then_sorts_again(tmp_path, layer, index):
     """A GPU worker killed as its rank starts or is collected, forms its runs, swaps, merges, or cuts an output
     chunk: a clear error within a minute, never a hang; then the next sort makes new communicators and is exact."""
