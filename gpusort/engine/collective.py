@@ -473,8 +473,7 @@ def _sort(plan: Plan, comm: comms.Collectives, rank: int, data: list) -> Pair:
     splits = corank.split_vectors(lengths, inner, plan_w, windows)  # row j: the split of split_edges()[j]
     seconds["splitters"] = lap()
     if plan.rounds > 1:
-        merged = _in_rounds(plan, comm, rank, runs, splits, index, runs_of, received, okey)
-        seconds["exchange"] = lap()  # with the merges, round by round
+        merged = _in_rounds(plan, comm, rank, runs, splits, index, runs_of, received, okey, seconds)
         exchange.record_phases(started, seconds)
         return merged
 
@@ -540,7 +539,7 @@ def _part(run: Pair, bounds: Sequence[int]) -> list[Any]:
 
 
 def _in_rounds(plan: Plan, comm: comms.Collectives, rank: int, runs: list[Pair], splits: np.ndarray, index: dict,
-               runs_of: list, output: Pair, okey: np.dtype) -> Pair:
+               runs_of: list, output: Pair, okey: np.dtype, seconds: dict[str, float]) -> Pair:
     """Rank ``rank``'s block of host runs' keys, merged into ``output`` through the GPUs, a round at a time.
 
     A round is a range of pieces of every rank's block (:meth:`Plan.split_edges`,
@@ -548,14 +547,22 @@ def _in_rounds(plan: Plan, comm: comms.Collectives, rank: int, runs: list[Pair],
     fall in it, all in one upload, and swaps them as the one-round sort
     does; each rank merges its part in its GPU's memory and brings it down
     into its place in ``output``.  The GPU holds one round's sends, receive
-    buffer and merge.
+    buffer and merge.  The rounds' seconds go into ``seconds``: uploads and
+    swaps as ``exchange``, merges and downloads as ``merges``.
     """
     backend, pieces, nranks = get_backend(plan.backend), plan.pieces(), len(runs_of)
     xp = module(spec_of(plan.backend).device)
     none = np.empty(0, np.uint8)
     owner = np.array([r for _, r, _ in plan.table()], np.int64)  # the rank that holds each run
     load = max(sum(plan.length(run) for run in runs_of[r]) for r in range(nranks))
-    at, failure = 0, None
+    at, failure, clock = 0, None, time.perf_counter()
+    seconds.update(exchange=0.0, merges=0.0)
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        seconds[phase] += time.perf_counter() - clock
+        clock = time.perf_counter()
+
     # A round's share, an eighth to spare (host_rounds plans for it): pieces are not all alike.
     for a, b in _group_pieces(splits, owner, nranks, pieces, -(-9 * load // (8 * plan.rounds))):
         rows = [(p * pieces + a, p * pieces + b) for p in range(nranks)]
@@ -575,6 +582,7 @@ def _in_rounds(plan: Plan, comm: comms.Collectives, rank: int, runs: list[Pair],
         comm.all_gather(none, [0] * nranks, failure)  # raises on every rank where any failed (this round, or the last merge)
         comm.exchange(sends, recvs, local)
         del sends, recvs, local, up  # the round's uploads go before its merge takes their room
+        lap("exchange")
         try:
             parts = [_piece(buffers, k) for k in range(len(index))]
             merged = tasks.merge_pieces(plan.backend, plan.key_dtype, plan.descending, plan.scheme, parts,
@@ -585,6 +593,7 @@ def _in_rounds(plan: Plan, comm: comms.Collectives, rank: int, runs: list[Pair],
         except Exception as exc:
             failure = exc
         at += n
+        lap("merges")
     comm.all_gather(none, [0] * nranks, failure)
     return output
 
