@@ -493,8 +493,7 @@ def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forc
     if not forced and (not shaped or not spec.device):
         return None
     client = _client()
-    if not forced and not on_device(keys._meta) and host_rounds(keys, values, spec, 2, positions, descending,
-                                                                keys_returned) is None:
+    if not forced and not on_device(keys._meta) and not _kernels_take(keys, values):
         return None  # host keys the GPU kernels do not take: out of core, through P2P
     group = nccl.ensure(client)
     if forced and group is None:
@@ -530,7 +529,7 @@ def host_rounds(keys: da.Array, values: da.Array | None, spec: BackendSpec, nran
     >>> [host_rounds(x, None, BackendSpec("cupy", b), 2, False, False, True) for b in (2**30, 2**22)]
     [1, 6]
     """
-    if keys.dtype.kind not in "biuf" or not keys.dtype.isnative or (values is not None and not values.dtype.isnative):
+    if not _kernels_take(keys, values):
         return None
     lengths = [int(c) for c in keys.chunks[0]]
     owner = collective.place(lengths, 1, [None] * len(lengths), nranks)
@@ -541,6 +540,11 @@ def host_rounds(keys: da.Array, values: da.Array | None, spec: BackendSpec, nran
         return 1
     element = keys.dtype.itemsize + (8 if positions else 0 if values is None else values.dtype.itemsize)
     return max(2, -(-9 * 4 * share * element // (8 * max(int(budget), 1))))  # an eighth to spare: pieces differ
+
+
+def _kernels_take(keys: da.Array, values: da.Array | None) -> bool:
+    """Whether the GPU kernels sort these host keys (and values) on the collectives: booleans, numbers, native order."""
+    return keys.dtype.kind in "biuf" and keys.dtype.isnative and (values is None or values.dtype.isnative)
 
 
 def _step_bytes(n: int, keys: da.Array, values: da.Array | None, positions: bool, descending: bool,
