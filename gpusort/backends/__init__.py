@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any, Literal, Protocol, Sequence
+from typing import Any, ContextManager, Literal, Protocol, Sequence
 
 from gpusort.arrays import is_cupy
 from gpusort.cuda.tuning import VALUE_DTYPES
@@ -113,6 +113,13 @@ class Backend(Protocol):
 
     def default_budget(self) -> int:
         """The bytes a sort step may hold on this worker by default; 0 where it has no device memory to bound."""
+
+    def budgeted(self) -> ContextManager[None]:
+        """A context in which this thread's new arrays in this backend's memory come out of its budget.
+
+        An allocation past the budget raises (``MemoryError`` or a subclass);
+        the host's backend has nothing to bound.
+        """
 
     def upload(self, parts: Sequence[Any]) -> Any:
         """Host ``parts`` (1-D, one dtype) end to end in one new array in this backend's memory, ready to use."""

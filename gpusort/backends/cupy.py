@@ -20,10 +20,11 @@ device's free memory when it first runs in a process.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import threading
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
 import cupy
 import numpy as np
@@ -282,6 +283,14 @@ class CupyBackend:
         staging.to_device(parts, out)
         current.wait_event(work.record())
         return out
+
+    @contextlib.contextmanager
+    def budgeted(self) -> Iterator[None]:
+        """Arrays from this worker's budgeted pool for the current GPU (:func:`gpu_memory`), its limit the budget."""
+        with cupy.cuda.Device(thread_device()):
+            memory = gpu_memory(self.gpu_memory_budget)
+            with cupy.cuda.using_allocator(memory.malloc):
+                yield
 
     def download(self, pair: Pair, out: Pair | None = None) -> Pair:
         # The copies wait for the work stream: make it wait for this thread's, where the pair was made.

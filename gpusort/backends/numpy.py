@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from typing import Any, Literal, Sequence
 
 import numpy as np
@@ -98,6 +100,9 @@ class NumpyBackend:
 
     def upload(self, parts: Sequence[np.ndarray]) -> np.ndarray:
         return np.concatenate(parts)  # a new array, as the GPU's would be
+
+    def budgeted(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
     def download(self, pair: Pair, out: Pair | None = None) -> Pair:
         if out is None:

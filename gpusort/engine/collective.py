@@ -547,8 +547,9 @@ def _in_rounds(plan: Plan, comm: comms.Collectives, rank: int, runs: list[Pair],
     fall in it, all in one upload, and swaps them as the one-round sort
     does; each rank merges its part in its GPU's memory and brings it down
     into its place in ``output``.  The GPU holds one round's sends, receive
-    buffer and merge.  The rounds' seconds go into ``seconds``: uploads and
-    swaps as ``exchange``, merges and downloads as ``merges``.
+    buffer and merge, out of the backend's budget.  The rounds' seconds go
+    into ``seconds``: uploads and swaps as ``exchange``, merges and
+    downloads as ``merges``.
     """
     backend, pieces, nranks = get_backend(plan.backend), plan.pieces(), len(runs_of)
     xp = module(spec_of(plan.backend).device)
@@ -572,10 +573,12 @@ def _in_rounds(plan: Plan, comm: comms.Collectives, rank: int, runs: list[Pair],
             try:
                 wanted = [_part(runs[i], splits[rows[p], index[rank, i]]) for p in range(nranks)
                           for i in range(len(runs))]
-                up = [_upload(backend, [w[f] for w in wanted]) for f in range(len(wanted[0]))] if wanted else []
+                with backend.budgeted():  # the rounds' GPU memory is the budget's, as the runs' was
+                    up = [_upload(backend, [w[f] for w in wanted]) for f in range(len(wanted[0]))] if wanted else []
+                    buffers = _cut_buffer((xp.empty(n, okey),
+                                           None if plan.value_dtype is None else xp.empty(n, plan.value_dtype)),
+                                          sizes)
                 ends = np.cumsum([0] + [len(w[0]) for w in wanted]).tolist()
-                buffers = _cut_buffer((xp.empty(n, okey),
-                                       None if plan.value_dtype is None else xp.empty(n, plan.value_dtype)), sizes)
                 sends, recvs, local = _slices(_uploaded(up, ends, len(runs)), buffers, index, runs_of, rank)
             except Exception as exc:
                 failure = exc
@@ -585,8 +588,9 @@ def _in_rounds(plan: Plan, comm: comms.Collectives, rank: int, runs: list[Pair],
         lap("exchange")
         try:
             parts = [_piece(buffers, k) for k in range(len(index))]
-            merged = tasks.merge_pieces(plan.backend, plan.key_dtype, plan.descending, plan.scheme, parts,
-                                        scratch=buffers[:2])
+            with backend.budgeted():
+                merged = tasks.merge_pieces(plan.backend, plan.key_dtype, plan.descending, plan.scheme, parts,
+                                            scratch=buffers[:2])
             del parts, buffers
             backend.download(merged, tuple(None if x is None else x[at:at + n] for x in output))
             del merged  # before the next round's uploads
