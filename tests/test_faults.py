@@ -457,16 +457,20 @@ def test_sort_zarr_unreadable_chunk_error_names_the_chunk(tmp_path):
 # ---------------------------------------------------------------------- GPU
 
 
-def _sort_on_cuda_cluster(client, cupy, seed: int):
+def _sort_on_cuda_cluster(client, cupy, seed: int, host: bool = False):
+    """A sort_by_key of CuPy chunks; ``host``: of NumPy chunks past a small GPU budget (the collectives' rounds)."""
     n = 2_000_000
     x = skewed(seed, n)
-    keys = da.from_array(x, chunks=n // 8).map_blocks(cupy.asarray)
-    values = da.from_array(np.arange(n, dtype=np.int64), chunks=n // 8).map_blocks(cupy.asarray)
+    keys = da.from_array(x, chunks=n // 8)
+    values = da.from_array(np.arange(n, dtype=np.int64), chunks=n // 8)
+    options = {"backend": "cupy", "gpu_memory_budget": "16MiB"} if host else {}
+    if not host:
+        keys, values = keys.map_blocks(cupy.asarray), values.map_blocks(cupy.asarray)
     want = np.argsort(x, kind="stable")
 
     def run():
         with dask.config.set(ONE_CHUNK_PER_TASK):
-            return client.compute(gpusort.sort_by_key(keys, values, chunks=n // 6), sync=True)
+            return client.compute(gpusort.sort_by_key(keys, values, chunks=n // 6, **options), sync=True)
 
     return run, x, want
 
@@ -491,11 +495,14 @@ def test_worker_killed_on_a_one_gpu_cluster(tmp_path, layer, index):
 @pytest.mark.gpu
 @pytest.mark.multi_gpu
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("layer, index", [("launch", 1), ("collective", 1), ("collective:runs", None),
-                                          ("collective:exchange", None), ("collective:merge", None), ("output", 0)])
-def test_worker_killed_in_a_collective_sort_fails_clearly_then_sorts_again(tmp_path, layer, index):
-    """A GPU worker killed as its rank starts or is collected, forms its runs, swaps, merges, or cuts an output
-    chunk: a clear error within a minute, never a hang; then the next sort makes new communicators and is exact."""
+@pytest.mark.parametrize("layer, index, host", [("launch", 1, False), ("collective", 1, False),
+                                                ("collective:runs", None, False), ("collective:exchange", None, False),
+                                                ("collective:merge", None, False), ("output", 0, False),
+                                                ("collective:exchange", None, True)])
+def test_worker_killed_in_a_collective_sort_fails_clearly_then_sorts_again(tmp_path, layer, index, host):
+    """A GPU worker killed as its rank starts or is collected, forms its runs, swaps (in rounds too, for host
+    chunks past the GPUs' budget), merges, or cuts an output chunk: a clear error within a minute, never a hang;
+    then the next sort makes new communicators and is exact."""
     cupy = pytest.importorskip("cupy")
     dask_cuda = pytest.importorskip("dask_cuda")
     from gpusort.engine import nccl
@@ -503,7 +510,7 @@ def test_worker_killed_in_a_collective_sort_fails_clearly_then_sorts_again(tmp_p
     gpus = cupy.cuda.runtime.getDeviceCount()
     with dask_cuda.LocalCUDACluster(n_workers=gpus, dashboard_address=":0") as cluster, Client(cluster) as client:
         client.register_plugin(Sabotage(str(tmp_path)), name="sabotage")
-        run, x, want = _sort_on_cuda_cluster(client, cupy, 13)
+        run, x, want = _sort_on_cuda_cluster(client, cupy, 13, host)
         first = nccl.ensure(client)
         assert first is not None and first.kind == "nccl", "NCCL communicators between the GPU workers"
         (marker,) = arm(tmp_path, layer, index)
@@ -513,7 +520,7 @@ def test_worker_killed_in_a_collective_sort_fails_clearly_then_sorts_again(tmp_p
         assert time.monotonic() - start < 60, "a lost rank must fail the sort within a minute"
         fired_pid(marker)
         client.wait_for_workers(gpus, timeout=120)
-        sk, sv = _sort_on_cuda_cluster(client, cupy, 13)[0]()
+        sk, sv = _sort_on_cuda_cluster(client, cupy, 13, host)[0]()
         assert nccl.ensure(client).key != first.key, "new communicators after the loss"
         np.testing.assert_array_equal(cupy.asnumpy(sv), want)
         np.testing.assert_array_equal(cupy.asnumpy(sk), x[want])
