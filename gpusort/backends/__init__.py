@@ -114,11 +114,13 @@ class Backend(Protocol):
     def default_budget(self) -> int:
         """The bytes a sort step may hold on this worker by default; 0 where it has no device memory to bound."""
 
-    def budgeted(self) -> ContextManager[None]:
-        """A context in which this thread's new arrays in this backend's memory come out of its budget.
+    def budgeted(self, nbytes: int) -> ContextManager[None]:
+        """A context that holds ``nbytes`` of this backend's budget, in which this thread's new arrays come out of it.
 
-        An allocation past the budget raises (``MemoryError`` or a subclass);
-        the host's backend has nothing to bound.
+        It waits while other steps of the worker hold the budget, and raises
+        ``MemoryError`` where they hold it too long; an allocation past the
+        budget raises too (a subclass of ``MemoryError``).  The host's
+        backend has nothing to bound.
         """
 
     def upload(self, parts: Sequence[Any]) -> Any:

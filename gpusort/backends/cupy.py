@@ -36,6 +36,8 @@ from gpusort.cuda import build, dispatch, launch, tuning
 from gpusort.keys import order
 from gpusort.memory import plan, staging
 
+#: Seconds a collective sort's round waits for its share of the budget before it fails (:meth:`CupyBackend.budgeted`).
+RESERVE_SECONDS = 30.0
 #: Share of the free GPU memory the out-of-core path uses when no budget is given.
 DEFAULT_FRACTION = 0.5
 
@@ -285,12 +287,11 @@ class CupyBackend:
         return out
 
     @contextlib.contextmanager
-    def budgeted(self) -> Iterator[None]:
-        """Arrays from this worker's budgeted pool for the current GPU (:func:`gpu_memory`), its limit the budget."""
-        with cupy.cuda.Device(thread_device()):
-            memory = gpu_memory(self.gpu_memory_budget)
-            with cupy.cuda.using_allocator(memory.malloc):
-                yield
+    def budgeted(self, nbytes: int) -> Iterator[None]:
+        """``nbytes`` reserved in the current GPU's budgeted pool (:func:`gpu_memory`), whose limit is the budget."""
+        memory = gpu_memory(self.gpu_memory_budget)
+        with memory.reserve(nbytes, timeout=RESERVE_SECONDS), cupy.cuda.using_allocator(memory.malloc):
+            yield
 
     def download(self, pair: Pair, out: Pair | None = None) -> Pair:
         # The copies wait for the work stream: make it wait for this thread's, where the pair was made.

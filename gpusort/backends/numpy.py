@@ -101,7 +101,7 @@ class NumpyBackend:
     def upload(self, parts: Sequence[np.ndarray]) -> np.ndarray:
         return np.concatenate(parts)  # a new array, as the GPU's would be
 
-    def budgeted(self) -> contextlib.AbstractContextManager[None]:
+    def budgeted(self, nbytes: int) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
     def download(self, pair: Pair, out: Pair | None = None) -> Pair:

@@ -129,14 +129,35 @@ class Plan:
         return np.concatenate((inside.ravel(), edges[-1:]))
 
     def pieces(self) -> int:
-        """How many pieces of every rank's block the splitters cut: :data:`PIECES` a round, one without rounds."""
-        return 1 if self.rounds == 1 else self.rounds * PIECES
+        """How many pieces of every rank's block the splitters cut: one without rounds.
+
+        With rounds, :data:`PIECES` a round or one a rank, whichever is more:
+        one piece of every block takes at most ``1 / pieces`` of all the
+        keys, so that a rank whose keys fall in one piece of every block
+        sends no more than a round's share in it.
+        """
+        return 1 if self.rounds == 1 else self.rounds * max(PIECES, len(self.owned))
+
+    def round_keys(self) -> int:
+        """The most keys a round may have any rank send or receive: a round's share, an eighth to spare.
+
+        The share is of the larger of the most any rank holds and the
+        largest block any rank merges (:func:`gpusort.engine.graph.host_rounds`
+        plans the rounds so).
+        """
+        held = max(sum(self.declared[k][1] for k in owned) for owned in self.owned)
+        block = max(b - a for a, b in zip(self.edges[:-1], self.edges[1:]))
+        return -(-9 * max(held, block) // (8 * self.rounds))
 
 
-#: Pieces of every rank's block a planned round takes: the rounds are groups
-#: of consecutive pieces that keep every rank's sends and receives within a
-#: round's share (:func:`_group_pieces`), however the keys lie across ranks.
+#: Pieces of every rank's block a planned round takes, at least: the rounds are
+#: groups of consecutive pieces that keep every rank's sends and receives
+#: within a round's share (:func:`_group_pieces`), however the keys lie.
 PIECES = 4
+#: Arrays the size of a round's received keys (and values) that its GPU
+#: memory holds besides what it sends: the receive buffer, the merge's and
+#: the decode's (:func:`gpusort.engine.graph.host_rounds` plans four a round in all).
+ROUND_ARRAYS = 3
 
 
 # --- the graph ----------------------------------------------------------------------------------
@@ -555,7 +576,7 @@ def _in_rounds(plan: Plan, comm: comms.Collectives, rank: int, runs: list[Pair],
     xp = module(spec_of(plan.backend).device)
     none = np.empty(0, np.uint8)
     owner = np.array([r for _, r, _ in plan.table()], np.int64)  # the rank that holds each run
-    load = max(sum(plan.length(run) for run in runs_of[r]) for r in range(nranks))
+    element = okey.itemsize + (0 if plan.value_dtype is None else plan.value_dtype.itemsize)
     at, failure, clock = 0, None, time.perf_counter()
     seconds.update(exchange=0.0, merges=0.0)
 
@@ -564,38 +585,37 @@ def _in_rounds(plan: Plan, comm: comms.Collectives, rank: int, runs: list[Pair],
         seconds[phase] += time.perf_counter() - clock
         clock = time.perf_counter()
 
-    # A round's share, an eighth to spare (host_rounds plans for it): pieces are not all alike.
-    for a, b in _group_pieces(splits, owner, nranks, pieces, -(-9 * load // (8 * plan.rounds))):
+    for a, b in _group_pieces(splits, owner, nranks, pieces, plan.round_keys()):
         rows = [(p * pieces + a, p * pieces + b) for p in range(nranks)]
         sizes = np.array([splits[rows[rank][1], k] - splits[rows[rank][0], k] for k in range(len(index))], np.int64)
         n = int(sizes.sum())
+        held = contextlib.ExitStack()  # the round's share of the GPU budget, from its uploads to its merge
         if failure is None:  # the round's uploads and buffers; where they fail, every rank stops before the swap
             try:
                 wanted = [_part(runs[i], splits[rows[p], index[rank, i]]) for p in range(nranks)
                           for i in range(len(runs))]
-                with backend.budgeted():  # the rounds' GPU memory is the budget's, as the runs' was
-                    up = [_upload(backend, [w[f] for w in wanted]) for f in range(len(wanted[0]))] if wanted else []
-                    buffers = _cut_buffer((xp.empty(n, okey),
-                                           None if plan.value_dtype is None else xp.empty(n, plan.value_dtype)),
-                                          sizes)
                 ends = np.cumsum([0] + [len(w[0]) for w in wanted]).tolist()
+                held.enter_context(backend.budgeted((ends[-1] + ROUND_ARRAYS * n) * element))
+                up = [_upload(backend, [w[f] for w in wanted]) for f in range(len(wanted[0]))] if wanted else []
+                buffers = _cut_buffer((xp.empty(n, okey),
+                                       None if plan.value_dtype is None else xp.empty(n, plan.value_dtype)), sizes)
                 sends, recvs, local = _slices(_uploaded(up, ends, len(runs)), buffers, index, runs_of, rank)
             except Exception as exc:
                 failure = exc
-        comm.all_gather(none, [0] * nranks, failure)  # raises on every rank where any failed (this round, or the last merge)
-        comm.exchange(sends, recvs, local)
-        del sends, recvs, local, up  # the round's uploads go before its merge takes their room
-        lap("exchange")
-        try:
-            parts = [_piece(buffers, k) for k in range(len(index))]
-            with backend.budgeted():
+        with held:
+            comm.all_gather(none, [0] * nranks, failure)  # raises on every rank where any failed (here, or the last merge)
+            comm.exchange(sends, recvs, local)
+            del sends, recvs, local, up  # the round's uploads go before its merge takes their room
+            lap("exchange")
+            try:
+                parts = [_piece(buffers, k) for k in range(len(index))]
                 merged = tasks.merge_pieces(plan.backend, plan.key_dtype, plan.descending, plan.scheme, parts,
                                             scratch=buffers[:2])
-            del parts, buffers
-            backend.download(merged, tuple(None if x is None else x[at:at + n] for x in output))
-            del merged  # before the next round's uploads
-        except Exception as exc:
-            failure = exc
+                del parts, buffers
+                backend.download(merged, tuple(None if x is None else x[at:at + n] for x in output))
+                del merged  # before the next round's uploads
+            except Exception as exc:
+                failure = exc
         at += n
         lap("merges")
     comm.all_gather(none, [0] * nranks, failure)

@@ -459,7 +459,7 @@ def sort(
             rounds = 1
             if host:  # host chunks: up once (one round) where the shares fit the GPUs, else in rounds
                 rounds = _rounds_setting() or (device and host_rounds(keys, values, spec_of(backend), len(group.workers),
-                                                                      positions, descending, keys_returned)) or 1
+                                                                      positions, descending, keys_returned, chunk)) or 1
             return on_ranks([(keys, values)], descending=descending, backend=backend, chunk=chunk,
                             positions=positions, keys_returned=keys_returned, group=group,
                             upload=device and host and rounds == 1, rounds=rounds)
@@ -499,6 +499,11 @@ def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forc
     if forced and group is None:
         raise ValueError(f"dask config gpusort.exchange='collective', but {nccl.why_not(client)}; "
                          "use gpusort.exchange='auto' or 'p2p'")
+    if forced and spec.device and not on_device(keys._meta) and not _kernels_take(keys, values):
+        raise ValueError(f"dask config gpusort.exchange='collective' takes host keys of booleans and numbers (and "
+                         f"values of numbers) up to the GPUs; got keys {keys.dtype}"
+                         + ("" if values is None else f" and values {values.dtype}")
+                         + ": use gpusort.exchange='auto' or 'p2p'")
     if forced and not shaped:
         raise ValueError("dask config gpusort.exchange='collective' sorts 1-D keys, and 1-D values of 1, 2, 4 or 8 "
                          f"bytes; got keys of shape {keys.shape}"
@@ -507,12 +512,13 @@ def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forc
 
 
 def host_rounds(keys: da.Array, values: da.Array | None, spec: BackendSpec, nranks: int, positions: bool,
-                descending: bool, keys_returned: bool) -> int | None:
+                descending: bool, keys_returned: bool, chunk: int | tuple[int, ...] | None = None) -> int | None:
     """In how many rounds host chunks sort on ``nranks`` GPUs: 1 where every rank's share goes up in one step.
 
-    A rank's share is what :func:`gpusort.engine.collective.place` gives the
-    most loaded rank (an eighth over ``1 / nranks`` of the keys, or a chunk
-    larger than that).  Where its sort fits ``gpu_memory_budget`` (or the
+    A rank's share is the larger of what :func:`gpusort.engine.collective.place`
+    gives the most loaded rank (an eighth over ``1 / nranks`` of the keys,
+    or a chunk larger than that) and the largest block of output chunks of
+    ``chunk`` a rank merges.  Where its sort fits ``gpu_memory_budget`` (or the
     workers' default budget) as one whole-GPU step
     (:func:`gpusort.memory.plan.whole_bytes`), the share goes up once and its
     block comes down once: 1.  Past that, each rank sorts its runs out of
@@ -533,7 +539,9 @@ def host_rounds(keys: da.Array, values: da.Array | None, spec: BackendSpec, nran
         return None
     lengths = [int(c) for c in keys.chunks[0]]
     owner = collective.place(lengths, 1, [None] * len(lengths), nranks)
-    share = int(max(np.bincount(owner, weights=lengths, minlength=nranks).max(), 1))
+    ranks = corank.output_ranks(sum(lengths), max(lengths) if chunk is None else chunk)
+    block = max(int(ranks[b] - ranks[a]) for a, b in collective.output_blocks(ranks, nranks))
+    share = int(max(np.bincount(owner, weights=lengths, minlength=nranks).max(), block, 1))
     budget = (spec.gpu_memory_budget if spec.gpu_memory_budget is not None else default_budget_seen()) \
         * plan.PLAN_FRACTION
     if _step_bytes(share, keys, values, positions, descending, keys_returned) <= budget:
@@ -543,8 +551,13 @@ def host_rounds(keys: da.Array, values: da.Array | None, spec: BackendSpec, nran
 
 
 def _kernels_take(keys: da.Array, values: da.Array | None) -> bool:
-    """Whether the GPU kernels sort these host keys (and values) on the collectives: booleans, numbers, native order."""
-    return keys.dtype.kind in "biuf" and keys.dtype.isnative and (values is None or values.dtype.isnative)
+    """Whether host keys (and values) go up to the GPUs as they are: booleans and numbers in native byte order.
+
+    CuPy makes no arrays of datetimes, strings or records: those sort
+    across workers through P2P.
+    """
+    return keys.dtype.kind in "biuf" and keys.dtype.isnative and (
+        values is None or (values.dtype.kind in "biufc" and values.dtype.isnative))
 
 
 def _step_bytes(n: int, keys: da.Array, values: da.Array | None, positions: bool, descending: bool,

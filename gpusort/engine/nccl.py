@@ -140,9 +140,11 @@ class NcclComm(comms.Collectives):
                 nccl.groupEnd()
             # This rank's own slices, on this thread's stream while NCCL's moves the others' (after it has
             # recorded what NCCL waits for): the merge that follows on this stream comes after both.
-            for dst, src in local:
-                copy_into(dst, src)
-            self._wait(timeout)
+            try:
+                for dst, src in local:
+                    copy_into(dst, src)
+            finally:  # nothing NCCL writes or reads may go before it is done
+                self._wait(timeout)
 
     def _wait(self, timeout: float) -> None:
         """Until NCCL's stream is done: :meth:`_until`, with NCCL's own asynchronous errors."""

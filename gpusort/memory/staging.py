@@ -467,7 +467,7 @@ class GpuMemory:
     def _run(self, nbytes: int, fn, args, alone: bool = False):
         self.steps += 1
         work = streams().work
-        with self._reserve(nbytes), cupy.cuda.using_allocator(self.malloc), work:
+        with self.reserve(nbytes), cupy.cuda.using_allocator(self.malloc), work:
             if alone:
                 work.synchronize()
                 self.pool.free_all_blocks()
@@ -493,12 +493,18 @@ class GpuMemory:
             self._lock.notify_all()
 
     @contextlib.contextmanager
-    def _reserve(self, nbytes: int) -> Iterator[None]:
+    def reserve(self, nbytes: int, timeout: float | None = None) -> Iterator[None]:
+        """``nbytes`` of the budget held by this thread inside the block: it waits while other steps hold it.
+
+        With ``timeout``, a ``MemoryError`` once that many seconds passed
+        without the bytes coming free (a step that must not wait for ever).
+        """
         nbytes = min(int(nbytes), self.budget)
         me = threading.get_ident()
         with self._lock:
-            while self.reserved + nbytes > self.budget:
-                self._lock.wait()
+            if not self._lock.wait_for(lambda: self.reserved + nbytes <= self.budget, timeout):
+                raise MemoryError(f"{nbytes} bytes of the {self.budget}-byte GPU memory budget did not come free "
+                                  f"in {timeout:.0f} s: other steps on this worker hold them")
             self.reserved += nbytes
             self._held[me] = nbytes
         try:
