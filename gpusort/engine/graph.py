@@ -492,14 +492,16 @@ def collective_group(keys: da.Array, values: da.Array | None, backend: Any, forc
     shaped = keys.ndim == 1 and (values is None or (values.ndim == 1 and values.dtype.itemsize in MOVABLE_VALUE_BYTES))
     if not forced and (not shaped or not spec.device):
         return None
+    # Host keys the GPUs cannot take as they are sort out of core through P2P (refused where forced).
+    untaken = spec.device and not on_device(keys._meta) and not _kernels_take(keys, values)
+    if not forced and untaken:
+        return None
     client = _client()
-    if not forced and not on_device(keys._meta) and not _kernels_take(keys, values):
-        return None  # host keys the GPU kernels do not take: out of core, through P2P
     group = nccl.ensure(client)
     if forced and group is None:
         raise ValueError(f"dask config gpusort.exchange='collective', but {nccl.why_not(client)}; "
                          "use gpusort.exchange='auto' or 'p2p'")
-    if forced and spec.device and not on_device(keys._meta) and not _kernels_take(keys, values):
+    if forced and untaken:
         raise ValueError(f"dask config gpusort.exchange='collective' takes host keys of booleans and numbers (and "
                          f"values of numbers) up to the GPUs; got keys {keys.dtype}"
                          + ("" if values is None else f" and values {values.dtype}")
