@@ -28,7 +28,7 @@ __device__ __forceinline__ void block_sort(Key (&keys)[VT], Value (&values)[VT],
                 "VT must be odd: thread t's keys start at VT * t in shared memory, and an odd "
                 "stride puts the 32 lanes of a warp in 32 different banks");
 
-  odd_even_transposition_sort(keys, values, precedes);
+  thread_sort(keys, values, precedes);
 
   // Rolled on purpose: the passes differ only in integer bounds, and
   // unrolling would multiply code size and compile time, not speed.
