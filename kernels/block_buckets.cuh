@@ -157,6 +157,16 @@ struct bucket_span {
   }
 };
 
+// CTA c's span: spans[c] where the host made a table (several arrays), else
+// keys [c * span, (c + 1) * span) of the one array at `keys`, which then
+// costs the host no upload.
+__device__ __forceinline__ bucket_span span_of(const bucket_span* spans, const void* keys, i64 count,
+                                               i64 span, int c) {
+  if (spans) return spans[c];
+  const i64 begin = i64(c) * span;
+  return {reinterpret_cast<unsigned long long>(keys), begin, begin + span < count ? begin + span : count};
+}
+
 // What the host reads back of a bucket pass (gpusort/cuda/buckets.py,
 // bucket_pass), and the ticket that finds kernel_bucket_bases' last CTA.
 struct bucket_summary {

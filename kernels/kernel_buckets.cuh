@@ -26,15 +26,16 @@
 
 namespace gpusort {
 
-// counts[b * gridDim.x + c] <- how many keys of span c (spans[c]) fall in
+// counts[b * gridDim.x + c] <- how many keys of span c (span_of) fall in
 // bucket b; buckets[i] <- the bucket of key i.
 // The splitters are kernel_sample_splitters' (bucket_search.cuh).
 // Keys are compared as the Load policy reads them: a float sort compares its
 // exact keys, one instruction where a float compare takes several.
 template <int NT, int VT, class Key, class Order, class Load = as_is>
 __global__ void __launch_bounds__(NT)
-    kernel_bucket_count(const bucket_span* spans, const Key* splitters, int* counts,
-                        unsigned char* buckets, bucket_summary* summary) {
+    kernel_bucket_count(const bucket_span* spans, const void* keys_at, i64 count, i64 span_keys,
+                        const Key* splitters, int* counts, unsigned char* buckets,
+                        bucket_summary* summary) {
   static_assert(NT == BUCKETS, "one thread a bucket");
   constexpr int WARPS = NT / 32;
   __shared__ Key tree[BUCKETS];
@@ -46,7 +47,7 @@ __global__ void __launch_bounds__(NT)
   for (int w = 0; w < WARPS; ++w) histograms[w][tid] = 0;
   __syncthreads();
 
-  const bucket_span span = spans[blockIdx.x];
+  const bucket_span span = span_of(spans, keys_at, count, span_keys, blockIdx.x);
   const auto* keys = span.keys<typename Load::template input<Key>>();
   for (i64 tile = span.begin; tile < span.end; tile += NT * VT) {
     const int tile_count = int(span.end - tile < NT * VT ? span.end - tile : NT * VT);
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(NT)
 }
 
 // out[offsets[b] + bases[b * gridDim.x + c] ...] <- span c's keys of bucket
-// b (spans[c]), in input order, read through the Load policy (packed_positions.cuh: a
+// b (span_of), in input order, read through the Load policy (packed_positions.cuh: a
 // packed argsort packs its words here), their buckets from
 // kernel_bucket_count; and tile_bucket[t] <- the bucket of tile t of the
 // sort after it (segments.cuh), the tiles spread over the CTAs; nothing where
@@ -120,9 +121,10 @@ __global__ void __launch_bounds__(NT)
 // fits two and spills nothing (check with ptxas -v when this kernel changes).
 template <int NT, int VT, class Out, class Load = as_is>
 __global__ void __launch_bounds__(NT, 2)
-    kernel_bucket_scatter(const bucket_span* spans, const unsigned char* buckets, const i64* bases,
-                          const i64* offsets, const bucket_summary* summary,
-                          const int* first_tile, int* tile_bucket, Out* out) {
+    kernel_bucket_scatter(const bucket_span* spans, const void* keys_at, i64 count, i64 span_keys,
+                          const unsigned char* buckets, const i64* bases, const i64* offsets,
+                          const bucket_summary* summary, const int* first_tile, int* tile_bucket,
+                          Out* out) {
   constexpr int NV = NT * VT;
   __shared__ i64 shift[BUCKETS];  // the tile's key j of bucket b goes to shift[b] + j
   __shared__ bucket_stage<NT, VT, Out> stage;
@@ -143,7 +145,7 @@ __global__ void __launch_bounds__(NT, 2)
   }
   __syncthreads();
 
-  const bucket_span span = spans[blockIdx.x];
+  const bucket_span span = span_of(spans, keys_at, count, span_keys, blockIdx.x);
   const auto* keys = span.keys<typename Load::template input<Out>>();
   for (i64 tile = span.begin; tile < span.end; tile += NV) {
     const int tile_count = int(span.end - tile < NV ? span.end - tile : NV);

@@ -137,12 +137,15 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     splitters = _splitters(k, _sample(parts, stride, sample_size), descending)
 
     tile = BUCKETS * math.lcm(BUCKET_COUNT_VT, *BUCKET_VT.values())  # the scatter's and the count's tiles divide it
-    spans = _spans(parts, tile * -(-n // (tile * BUCKET_CTAS)))
-    ctas = len(spans)
+    span = tile * -(-n // (tile * BUCKET_CTAS))
+    # Where the CTAs read: one array's spans they find themselves; several arrays' come as a table.
+    at = (NULL, parts[0]) if len(parts) == 1 else (_spans(parts, span), NULL)
+    at += (np.int64(n), np.int64(span))
+    ctas = -(-n // span) if len(parts) == 1 else len(at[0])
     counts = cupy.empty((BUCKETS, ctas), np.int32)
     buckets = cupy.empty(n, np.uint8)
     summary = cupy.empty(_SUMMARY_FIELDS, np.int32)
-    k.bucket_count((ctas,), (BUCKETS,), (spans, splitters, counts, buckets, summary))
+    k.bucket_count((ctas,), (BUCKETS,), (*at, splitters, counts, buckets, summary))
     bases, totals = cupy.empty((BUCKETS, ctas), np.int64), cupy.empty(BUCKETS, np.int64)
     offsets, first_tile = cupy.empty(BUCKETS + 1, np.int64), cupy.empty(BUCKETS + 1, np.int32)
     max_levels = np.int32(merge_passes(n, k.nv) - tuning.threshold("BUCKET_LEVELS_SAVED"))
@@ -152,7 +155,7 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     tabled.record()
     tile_bucket = cupy.empty(-(-n // k.nv) + BUCKETS, np.int32)  # tiles: at most one partial tile a bucket
     out = cupy.empty(n, out_dtype)
-    k.bucket_scatter((ctas,), (BUCKETS,), (spans, buckets, bases, offsets, summary, first_tile, tile_bucket, out))
+    k.bucket_scatter((ctas,), (BUCKETS,), (*at, buckets, bases, offsets, summary, first_tile, tile_bucket, out))
     count, levels, scatter, _ = _read_summary(summary, tabled)
     if not scatter:
         return None
