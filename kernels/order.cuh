@@ -140,8 +140,9 @@ struct order {
   }
 
   // A key that no key comes after.  A partial tile is padded with it; the
-  // stable sort keeps real keys equal to it ahead of the pads, so the pads
-  // are exactly the tile's tail and are never stored.
+  // stable sort keeps real keys equal to it ahead of the pads (a sort of
+  // keys whose ties are identical bits need not: thread_sort.cuh), so the
+  // pads are exactly the tile's tail and are never stored.
   template <class Key>
   static __device__ __forceinline__ Key last() {
     return detail::last_key<Descending>(static_cast<const Key*>(nullptr));

@@ -517,12 +517,36 @@ def test_mergesort_of_parts_joins_them_where_no_bucket_pass_runs(rng, monkeypatc
         dispatch.mergesort(parts, positions=True)
 
 
-def test_backend_sorts_a_list_of_chunks_as_one_run(rng):
-    # sort_run of GPU parts reads them where they lie; of host parts and of
-    # float32 (sorted by exact keys) it joins them first.  Either way: one run.
-    x = rng.integers(-(2**20), 2**20, 50_001)
+def test_backend_sorts_a_list_of_chunks_as_one_run(rng, monkeypatch):
+    # sort_run of GPU parts reads them where they lie (a bucket pass, forced
+    # here); of host parts and of float32 (sorted by exact keys) it joins
+    # them first.  Either way: one run.
+    monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
+    monkeypatch.setattr(tuning, "BUCKET_LEVELS_SAVED", 0)
+    x = rng.integers(-(2**20), 2**20, 300_007)
     for parts in (_parts(x, rng), [cupy.asnumpy(p) for p in _parts(x, rng)],
                   [p.astype(np.float32) for p in _parts(x, rng)]):
         keys, values = BACKEND.sort_run(parts)
         assert values is None and type(keys) is type(parts[0])
         np.testing.assert_array_equal(cupy.asnumpy(keys), np.sort(x).astype(parts[0].dtype))
+
+
+@pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
+@pytest.mark.parametrize("pattern", ["random", "sorted", "reversed", "few"])
+def test_a_task_sorts_its_gpu_chunks_where_they_lie(pattern, descending, rng, monkeypatch):
+    # tasks.sort_chunks of several GPU chunks of keys alone (empty and
+    # one-key chunks among them) gives the order keys of the whole, sorted,
+    # through the parts path or its sorted shortcut, and leaves the chunks as
+    # they were.
+    from gpusort.engine import tasks
+
+    monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
+    x = make_keys(rng, "int64", 300_007, pattern)
+    parts = _parts(x, rng)
+    declared = [(i, int(p.size), x.dtype, None) for i, p in enumerate(parts)]
+    scheme = order.scheme_for(False, True)
+    chunks = [c for p in parts for c in (p, None)]
+    okeys, values = tasks.sort_chunks("cupy", descending, scheme, None, declared, *chunks)
+    assert values is None and isinstance(okeys, cupy.ndarray)
+    assert_same(order.decode(okeys, x.dtype, descending, scheme), x[ref_argsort(x, descending)])
+    assert_same(cupy.concatenate(parts), x)

@@ -147,7 +147,7 @@ class CupyBackend:
 
     def sort_run(self, keys: Any, values: Any = None, *, overwrite: bool = False) -> Pair:
         if isinstance(keys, list):  # keys-only parts, sorted as their concatenation
-            if isinstance(keys[0], cupy.ndarray) and _kernels_sort(keys[0].dtype):  # read where they lie
+            if _readable_here(keys):  # where they lie
                 return dispatch.mergesort([cupy.ascontiguousarray(p) for p in keys])[0], None
             keys, overwrite = (concatenate(keys), True) if len(keys) > 1 else (keys[0], overwrite)
         if keys.ndim == 2 or values is not None and values.ndim == 2:
@@ -490,6 +490,14 @@ def _sort_owned(keys: cupy.ndarray, values: cupy.ndarray | None) -> Pair:
         out_k, out_v = dispatch.mergesort(keys, None if values is None else _bits(values), overwrite_input=True)
         return out_k, None if values is None else out_v.view(values.dtype)
     return (gpu.sort(keys), None) if values is None else gpu.sort_pairs(keys, values)
+
+
+def _readable_here(parts: Sequence[Any]) -> bool:
+    """Whether the kernels sort ``parts`` where they lie: 1-D arrays of one dtype they take, on this thread's GPU."""
+    here = cupy.cuda.Device().id
+    return bool(parts) and _kernels_sort(parts[0].dtype) and all(
+        isinstance(p, cupy.ndarray) and p.ndim == 1 and p.dtype == parts[0].dtype and p.device.id == here
+        for p in parts)
 
 
 def _kernels_sort(dtype: np.dtype) -> bool:

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from gpusort.arrays import concatenate
 from gpusort.cuda import tuning
 from gpusort.cuda.tuning import NULL, TIE_CTAS, TIE_NT, TIE_VT, WORD, exact_word, pass_plan
 from gpusort.cuda.build import Encoding, Kernels, Packing, encoding, kernels, packing
@@ -81,8 +82,8 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
     buckets = None
     if values_dtype is None and segment is None:
         buckets = bucket_pass(k, keys, descending, dtype)
-    if parts is not None:  # read where they lie by the bucket pass, else joined for the blocksort
-        keys, overwrite_input = (None, False) if buckets else (cupy.concatenate(parts), True)
+    if parts is not None:  # read where they lie by the bucket pass, else joined (by the copy engine) for the blocksort
+        keys, overwrite_input = (None, False) if buckets else (concatenate(parts), len(parts) > 1)
     tiles = buckets.tiles if buckets else Tiles.whole(n, k.nv, segment)
     four_way = k.merge_four is not None and n >= tuning.threshold("FOUR_WAY_MIN_KEYS")
     plan = pass_plan(tiles.levels, four_way=four_way)
