@@ -48,7 +48,6 @@ from dask.base import tokenize
 from dask._task_spec import DataNode, Task, TaskRef
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-
 from gpusort.backends import MOVABLE_VALUE_BYTES, BackendSpec, Pair, backend_where, get_backend, on_device, spec_of
 from gpusort.engine import collective, comms, exchange, nccl, tasks
 from gpusort.keys import corank, order
@@ -549,7 +548,8 @@ def host_rounds(keys: da.Array, values: da.Array | None, spec: BackendSpec, nran
     if _step_bytes(share, keys, values, positions, descending, keys_returned) <= budget:
         return 1
     element = keys.dtype.itemsize + (8 if positions else 0 if values is None else values.dtype.itemsize)
-    return max(2, -(-9 * 4 * share * element // (8 * max(int(budget), 1))))  # an eighth to spare: pieces differ
+    arrays = collective.ROUND_ARRAYS + 1  # and the round's sends
+    return max(2, -(-9 * arrays * share * element // (8 * max(int(budget), 1))))  # an eighth to spare: pieces differ
 
 
 def _kernels_take(keys: da.Array, values: da.Array | None) -> bool:
