@@ -143,6 +143,30 @@ __device__ __forceinline__ int block_stage(const Out (&x)[VT], int (&bucket)[VT]
   return total;
 }
 
+// What CTA c of a bucket pass reads: keys [begin, end) of the sort's input,
+// key i at keys<In>()[i].  Spans of one array share its address; a sort of
+// several arrays (a task's chunks, read where they lie instead of joined)
+// gives each span its array's address less the array's first index, so
+// indices stay the input's own (a packed argsort packs them as positions).
+struct bucket_span {
+  unsigned long long base;  // where key 0 would lie in the span's array (modulo 2^64)
+  i64 begin, end;
+  template <class In>
+  __device__ __forceinline__ const In* keys() const {
+    return reinterpret_cast<const In*>(base);
+  }
+};
+
+// CTA c's span: spans[c] where the host made a table (several arrays), else
+// keys [c * span, (c + 1) * span) of the one array at `keys`, which then
+// costs the host no upload.
+__device__ __forceinline__ bucket_span span_of(const bucket_span* spans, const void* keys, i64 count,
+                                               i64 span, int c) {
+  if (spans) return spans[c];
+  const i64 begin = i64(c) * span;
+  return {reinterpret_cast<unsigned long long>(keys), begin, begin + span < count ? begin + span : count};
+}
+
 // What the host reads back of a bucket pass (gpusort/cuda/buckets.py,
 // bucket_pass), and the ticket that finds kernel_bucket_bases' last CTA.
 struct bucket_summary {

@@ -4,11 +4,12 @@
 // spread keys, at the cost of a count and a scatter pass.
 //
 // Reduce, scan, scatter.  CTA c counts the keys of each bucket in its span
-// of the input and writes every key's bucket as a byte
-// (kernel_bucket_count); kernel_bucket_bases scans each bucket's counts
-// over the spans; kernel_bucket_scatter moves span c's keys of bucket b to
-// the bucket's offset plus that scan, tile by tile, each tile staged by
-// bucket (block_buckets.cuh) so that every bucket is written in runs.
+// of the input (bucket_span: a range of one array, or of one of several)
+// and writes every key's bucket as a byte (kernel_bucket_count);
+// kernel_bucket_bases scans each bucket's counts over the spans;
+// kernel_bucket_scatter moves span c's keys of bucket b to the bucket's
+// offset plus that scan, tile by tile, each tile staged by bucket
+// (block_buckets.cuh) so that every bucket is written in runs.
 // Spans go in order and each tile is staged stably, so every bucket keeps
 // its keys in input order: the sort stays stable.  The bytes save the
 // scatter a second search.
@@ -25,16 +26,16 @@
 
 namespace gpusort {
 
-// counts[b * gridDim.x + c] <- how many keys of span c, keys[c * span,
-// (c + 1) * span), fall in bucket b; buckets[i] <- the bucket of keys[i].
+// counts[b * gridDim.x + c] <- how many keys of span c (span_of) fall in
+// bucket b; buckets[i] <- the bucket of key i.
 // The splitters are kernel_sample_splitters' (bucket_search.cuh).
 // Keys are compared as the Load policy reads them: a float sort compares its
 // exact keys, one instruction where a float compare takes several.
 template <int NT, int VT, class Key, class Order, class Load = as_is>
 __global__ void __launch_bounds__(NT)
-    kernel_bucket_count(const typename Load::template input<Key>* keys, i64 count,
-                        const Key* splitters, i64 span, int* counts,
-                        unsigned char* buckets, bucket_summary* summary) {
+    kernel_bucket_count(const bucket_span* spans, const void* keys_at, i64 count, i64 span_keys,
+                        const Key* splitters, int* counts, unsigned char* buckets,
+                        bucket_summary* summary) {
   static_assert(NT == BUCKETS, "one thread a bucket");
   constexpr int WARPS = NT / 32;
   __shared__ Key tree[BUCKETS];
@@ -46,10 +47,10 @@ __global__ void __launch_bounds__(NT)
   for (int w = 0; w < WARPS; ++w) histograms[w][tid] = 0;
   __syncthreads();
 
-  const i64 begin = i64(blockIdx.x) * span;
-  const i64 end = begin + span < count ? begin + span : count;
-  for (i64 tile = begin; tile < end; tile += NT * VT) {
-    const int tile_count = int(end - tile < NT * VT ? end - tile : NT * VT);
+  const bucket_span span = span_of(spans, keys_at, count, span_keys, blockIdx.x);
+  const auto* keys = span.keys<typename Load::template input<Key>>();
+  for (i64 tile = span.begin; tile < span.end; tile += NT * VT) {
+    const int tile_count = int(span.end - tile < NT * VT ? span.end - tile : NT * VT);
     int bucket[VT];
     search_tile<VT, Load>(keys, tile, tile_count, tree, bucket, warp, lane, Order());
 #pragma unroll
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(NT)
 }
 
 // out[offsets[b] + bases[b * gridDim.x + c] ...] <- span c's keys of bucket
-// b, in input order, read through the Load policy (packed_positions.cuh: a
+// b (span_of), in input order, read through the Load policy (packed_positions.cuh: a
 // packed argsort packs its words here), their buckets from
 // kernel_bucket_count; and tile_bucket[t] <- the bucket of tile t of the
 // sort after it (segments.cuh), the tiles spread over the CTAs; nothing where
@@ -120,10 +121,10 @@ __global__ void __launch_bounds__(NT)
 // fits two and spills nothing (check with ptxas -v when this kernel changes).
 template <int NT, int VT, class Out, class Load = as_is>
 __global__ void __launch_bounds__(NT, 2)
-    kernel_bucket_scatter(const typename Load::template input<Out>* keys,
-                          const unsigned char* buckets, i64 count, i64 span, const i64* bases,
-                          const i64* offsets, const bucket_summary* summary,
-                          const int* first_tile, int* tile_bucket, Out* out) {
+    kernel_bucket_scatter(const bucket_span* spans, const void* keys_at, i64 count, i64 span_keys,
+                          const unsigned char* buckets, const i64* bases, const i64* offsets,
+                          const bucket_summary* summary, const int* first_tile, int* tile_bucket,
+                          Out* out) {
   constexpr int NV = NT * VT;
   __shared__ i64 shift[BUCKETS];  // the tile's key j of bucket b goes to shift[b] + j
   __shared__ bucket_stage<NT, VT, Out> stage;
@@ -144,10 +145,10 @@ __global__ void __launch_bounds__(NT, 2)
   }
   __syncthreads();
 
-  const i64 begin = i64(blockIdx.x) * span;
-  const i64 end = begin + span < count ? begin + span : count;
-  for (i64 tile = begin; tile < end; tile += NV) {
-    const int tile_count = int(end - tile < NV ? end - tile : NV);
+  const bucket_span span = span_of(spans, keys_at, count, span_keys, blockIdx.x);
+  const auto* keys = span.keys<typename Load::template input<Out>>();
+  for (i64 tile = span.begin; tile < span.end; tile += NV) {
+    const int tile_count = int(span.end - tile < NV ? span.end - tile : NV);
     Out x[VT];
     int bucket[VT];
     load_tile<VT, Load>(keys, buckets, tile, tile_count, x, bucket, warp, lane);

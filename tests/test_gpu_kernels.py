@@ -468,3 +468,85 @@ def test_merge_tree_over_its_own_concatenation(lengths, rng):
     assert pool.total_bytes() <= keys.nbytes + values.nbytes + 2**16 * len(lengths)
     assert_same(k, both[perm])
     assert_same(v, perm.astype(np.int64))
+
+
+INTEGER_DTYPES = [d for d in KEY_DTYPES if d.kind in "iu"]  # bool sorts as uint8
+
+
+def _parts(x: np.ndarray, rng) -> list:
+    """``x`` on the GPU cut into uneven parts: empty ones, single keys, and some a few tiles long."""
+    cuts = np.sort(rng.choice(np.arange(1, x.size), size=min(x.size - 1, 9), replace=False))
+    cuts = np.concatenate([[0, 0, 1], cuts, [x.size, x.size]])
+    return [cupy.asarray(x[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+@pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
+@pytest.mark.parametrize("dtype", INTEGER_DTYPES, ids=str)
+def test_bucket_pass_reads_parts_where_they_lie(dtype, descending, rng, monkeypatch):
+    # A bucket pass over parts scatters exactly what it scatters from their
+    # concatenation (each bucket in input order), and a mergesort of the
+    # parts sorts them as one array, writing none of them.
+    monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
+    monkeypatch.setattr(tuning, "BUCKET_LEVELS_SAVED", 0)
+    k = build.kernels(np.dtype(dtype), 0, descending)
+    for pattern in ("random", "few", "sorted", "reversed"):
+        x = make_keys(rng, dtype, 300_007, pattern)
+        parts = _parts(x, rng)
+        whole = buckets.bucket_pass(k, cupy.asarray(x), descending, x.dtype)
+        pieces = buckets.bucket_pass(k, parts, descending, x.dtype)
+        assert (whole is None) == (pieces is None) and whole is not None
+        assert_same(pieces.keys, cupy.asnumpy(whole.keys))
+        assert_same(pieces.tiles.offsets, cupy.asnumpy(whole.tiles.offsets))
+        got, none = dispatch.mergesort(parts, descending=descending)
+        assert none is None
+        assert_same(got, x[ref_argsort(x, descending)])
+        assert_same(cupy.concatenate(parts), x)  # parts untouched
+
+
+def test_mergesort_of_parts_joins_them_where_no_bucket_pass_runs(rng, monkeypatch):
+    # Keys of three values fill three buckets: the scatter would save no
+    # level and does not run, so the parts are joined for the blocksort.
+    monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
+    x = rng.integers(0, 3, 300_007).astype(np.int64)
+    parts = _parts(x, rng)
+    assert buckets.bucket_pass(build.kernels(x.dtype, 0, False), parts, False, x.dtype) is None
+    assert_same(dispatch.mergesort(parts)[0], np.sort(x))
+    assert_same(dispatch.mergesort(parts[3:4])[0], np.sort(cupy.asnumpy(parts[3])))  # one part
+    assert_same(cupy.concatenate(parts), x)
+    with pytest.raises(ValueError, match="keys only"):
+        dispatch.mergesort(parts, positions=True)
+
+
+def test_backend_sorts_a_list_of_chunks_as_one_run(rng, monkeypatch):
+    # sort_run of GPU parts reads them where they lie (a bucket pass, forced
+    # here); of host parts and of float32 (sorted by exact keys) it joins
+    # them first.  Either way: one run.
+    monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
+    monkeypatch.setattr(tuning, "BUCKET_LEVELS_SAVED", 0)
+    x = rng.integers(-(2**20), 2**20, 300_007)
+    for parts in (_parts(x, rng), [cupy.asnumpy(p) for p in _parts(x, rng)],
+                  [p.astype(np.float32) for p in _parts(x, rng)]):
+        keys, values = BACKEND.sort_run(parts)
+        assert values is None and type(keys) is type(parts[0])
+        np.testing.assert_array_equal(cupy.asnumpy(keys), np.sort(x).astype(parts[0].dtype))
+
+
+@pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
+@pytest.mark.parametrize("pattern", ["random", "sorted", "reversed", "few"])
+def test_a_task_sorts_its_gpu_chunks_where_they_lie(pattern, descending, rng, monkeypatch):
+    # tasks.sort_chunks of several GPU chunks of keys alone (empty and
+    # one-key chunks among them) gives the order keys of the whole, sorted,
+    # through the parts path or its sorted shortcut, and leaves the chunks as
+    # they were.
+    from gpusort.engine import tasks
+
+    monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
+    x = make_keys(rng, "int64", 300_007, pattern)
+    parts = _parts(x, rng)
+    declared = [(i, int(p.size), x.dtype, None) for i, p in enumerate(parts)]
+    scheme = order.scheme_for(False, True)
+    chunks = [c for p in parts for c in (p, None)]
+    okeys, values = tasks.sort_chunks("cupy", descending, scheme, None, declared, *chunks)
+    assert values is None and isinstance(okeys, cupy.ndarray)
+    assert_same(order.decode(okeys, x.dtype, descending, scheme), x[ref_argsort(x, descending)])
+    assert_same(cupy.concatenate(parts), x)

@@ -43,7 +43,10 @@ class Backend(Protocol):
         """Stable ascending sort of one chunk of order keys (NaN last).
 
         ``overwrite``: the arrays are the caller's temporaries, and the sort
-        may use their memory (and return it).
+        may use their memory (and return it).  Keys only, ``keys`` may be a
+        list of 1-D arrays of one dtype (a task's chunks), sorted as their
+        concatenation: a backend that can read them where they lie makes no
+        joined copy.
         """
 
     def run_limit(self, keys: Any, values: Any = None) -> int:

@@ -146,6 +146,10 @@ class CupyBackend:
         return _backend(gpu_memory_budget)
 
     def sort_run(self, keys: Any, values: Any = None, *, overwrite: bool = False) -> Pair:
+        if isinstance(keys, list):  # keys-only parts, sorted as their concatenation
+            if _readable_here(keys):  # where they lie
+                return dispatch.mergesort([cupy.ascontiguousarray(p) for p in keys])[0], None
+            keys, overwrite = (concatenate(keys), True) if len(keys) > 1 else (keys[0], overwrite)
         if keys.ndim == 2 or values is not None and values.ndim == 2:
             return _sort_wide(keys, values)
         if isinstance(keys, np.ndarray):
@@ -482,11 +486,23 @@ def _sort_owned(keys: cupy.ndarray, values: cupy.ndarray | None) -> Pair:
     Where the kernels can, the input is one of the sort's two buffers: two
     copies of the data on the GPU, not three.
     """
-    if keys.dtype in tuning.KEY_TYPES and keys.dtype not in tuning.EXACT_FLOATS \
-            and (values is None or values.dtype.itemsize in MOVABLE_VALUE_BYTES):
+    if _kernels_sort(keys.dtype) and (values is None or values.dtype.itemsize in MOVABLE_VALUE_BYTES):
         out_k, out_v = dispatch.mergesort(keys, None if values is None else _bits(values), overwrite_input=True)
         return out_k, None if values is None else out_v.view(values.dtype)
     return (gpu.sort(keys), None) if values is None else gpu.sort_pairs(keys, values)
+
+
+def _readable_here(parts: Sequence[Any]) -> bool:
+    """Whether the kernels sort ``parts`` where they lie: 1-D arrays of one dtype they take, on this thread's GPU."""
+    here = cupy.cuda.Device().id
+    return bool(parts) and _kernels_sort(parts[0].dtype) and all(
+        isinstance(p, cupy.ndarray) and p.ndim == 1 and p.dtype == parts[0].dtype and p.device.id == here
+        for p in parts)
+
+
+def _kernels_sort(dtype: np.dtype) -> bool:
+    """Whether :func:`gpusort.cuda.dispatch.mergesort` sorts keys of ``dtype`` as they are (not floats it sorts by exact keys)."""
+    return dtype in tuning.KEY_TYPES and dtype not in tuning.EXACT_FLOATS
 
 
 def _merge_step(memory: staging.GpuMemory, pieces: Sequence[Pair], out: Pair) -> None:

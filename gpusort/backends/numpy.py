@@ -15,7 +15,10 @@ from gpusort.keys.composite import argsort_column, argsort_rows, take_rows
 class NumpyBackend:
     name = "numpy"
 
-    def sort_run(self, keys: np.ndarray, values: np.ndarray | None = None, *, overwrite: bool = False) -> Pair:
+    def sort_run(self, keys: np.ndarray | list[np.ndarray], values: np.ndarray | None = None, *,
+                 overwrite: bool = False) -> Pair:
+        if isinstance(keys, list):  # parts: joined, a temporary (unless there is one part)
+            keys, overwrite = (np.concatenate(keys), True) if len(keys) > 1 else (keys[0], overwrite)
         if keys.ndim == 2:  # composite keys past 64 bits: rows compared as one integer
             order = argsort_rows(keys)
             return take_rows(keys, order), None if values is None else take_rows(values, order)

@@ -48,6 +48,43 @@ def _splitters(k: Kernels | Packing | Encoding, sample, descending: bool):
     return splitters
 
 
+def _sample(parts: list, stride: int, count: int):
+    """Keys ``stride // 2 + i * stride`` (``i < count``) of the parts end to end, gathered by one pitched copy a part."""
+    import cupy
+
+    sample = cupy.empty(count, parts[0].dtype)
+    taken, first, at = 0, stride // 2, 0  # first: the next sampled key; at: the part's first key
+    for part in parts:
+        if taken == count:
+            break
+        if first < at + part.size:
+            c = min(count - taken, -(-(at + part.size - first) // stride))
+            every(part, stride, first - at, c, out=sample[taken:taken + c])
+            taken, first = taken + c, first + c * stride
+        at += part.size
+    return sample
+
+
+def _spans(parts: list, span: int):
+    """The bucket pass's CTAs' ``bucket_span`` table (kernels/block_buckets.cuh): ``span`` keys each, within a part.
+
+    Three words a CTA: where key 0 would lie in its part (modulo 2**64), and
+    its first and past-the-last key of the whole.
+    """
+    import cupy
+
+    rows, at = [], 0
+    for part in parts:
+        begins = np.arange(at, at + part.size, span, dtype=np.uint64)
+        row = np.empty((begins.size, 3), np.uint64)
+        row[:, 0] = (part.data.ptr - at * part.itemsize) % 2**64
+        row[:, 1] = begins
+        row[:, 2] = np.minimum(begins + np.uint64(span), np.uint64(at + part.size))
+        rows.append(row)
+        at += part.size
+    return cupy.asarray(np.concatenate(rows))
+
+
 @dataclass(frozen=True)
 class Buckets:
     """A bucket pass done by :func:`bucket_pass`: the keys grouped by bucket, and where the buckets lie."""
@@ -65,6 +102,9 @@ _SUMMARY_FIELDS = 4
 
 def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dtype: np.dtype) -> Buckets | None:
     """``keys`` scattered into buckets for a keys-only sort into tiles of ``k.nv``, or ``None`` where that does not pay.
+
+    ``keys``: a contiguous 1-D CuPy array, or a list of them, which the pass
+    reads where they lie as if end to end (a task's chunks: no joined copy).
 
     Sample sort's partition.  Every ``n / (BUCKETS * BUCKET_SAMPLE)``-th
     key is sampled; every :data:`~gpusort.cuda.tuning.BUCKET_SAMPLE`-th key of the sample's sort
@@ -87,22 +127,25 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     """
     import cupy
 
-    n = keys.size
+    parts = [part for part in (keys if isinstance(keys, (list, tuple)) else [keys]) if part.size]
+    n = sum(part.size for part in parts)
     sample_size = BUCKETS * BUCKET_SAMPLE
     small = n * np.dtype(out_dtype).itemsize < tuning.threshold("BUCKET_MIN_BYTES") or n < 4 * sample_size
     if small or k.bucket_count is None:
         return None
     stride = n // sample_size
-    sample = every(keys, stride, stride // 2, sample_size)
-    splitters = _splitters(k, sample, descending)
+    splitters = _splitters(k, _sample(parts, stride, sample_size), descending)
 
     tile = BUCKETS * math.lcm(BUCKET_COUNT_VT, *BUCKET_VT.values())  # the scatter's and the count's tiles divide it
     span = tile * -(-n // (tile * BUCKET_CTAS))
-    ctas = -(-n // span)
+    # Where the CTAs read: one array's spans they find themselves; several arrays' come as a table.
+    at = (NULL, parts[0]) if len(parts) == 1 else (_spans(parts, span), NULL)
+    at += (np.int64(n), np.int64(span))
+    ctas = -(-n // span) if len(parts) == 1 else len(at[0])
     counts = cupy.empty((BUCKETS, ctas), np.int32)
     buckets = cupy.empty(n, np.uint8)
     summary = cupy.empty(_SUMMARY_FIELDS, np.int32)
-    k.bucket_count((ctas,), (BUCKETS,), (keys, np.int64(n), splitters, np.int64(span), counts, buckets, summary))
+    k.bucket_count((ctas,), (BUCKETS,), (*at, splitters, counts, buckets, summary))
     bases, totals = cupy.empty((BUCKETS, ctas), np.int64), cupy.empty(BUCKETS, np.int64)
     offsets, first_tile = cupy.empty(BUCKETS + 1, np.int64), cupy.empty(BUCKETS + 1, np.int32)
     max_levels = np.int32(merge_passes(n, k.nv) - tuning.threshold("BUCKET_LEVELS_SAVED"))
@@ -112,8 +155,7 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     tabled.record()
     tile_bucket = cupy.empty(-(-n // k.nv) + BUCKETS, np.int32)  # tiles: at most one partial tile a bucket
     out = cupy.empty(n, out_dtype)
-    k.bucket_scatter((ctas,), (BUCKETS,), (keys, buckets, np.int64(n), np.int64(span), bases, offsets, summary,
-                                           first_tile, tile_bucket, out))
+    k.bucket_scatter((ctas,), (BUCKETS,), (*at, buckets, bases, offsets, summary, first_tile, tile_bucket, out))
     count, levels, scatter, _ = _read_summary(summary, tabled)
     if not scatter:
         return None

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from gpusort.arrays import concatenate
 from gpusort.cuda import tuning
 from gpusort.cuda.tuning import NULL, TIE_CTAS, TIE_NT, TIE_VT, WORD, exact_word, pass_plan
 from gpusort.cuda.build import Encoding, Kernels, Packing, encoding, kernels, packing
@@ -53,17 +54,26 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
 
     A keys-only sort of :data:`~gpusort.cuda.tuning.BUCKET_MIN_BYTES` or more without
     ``segment`` may begin with a bucket pass (:func:`~gpusort.cuda.buckets.bucket_pass`).
+    Keys only, ``keys`` may also be a list of arrays of one dtype, sorted as
+    their concatenation: the bucket pass reads them where they lie, so no
+    joined copy is made (they are joined where it does not run).  They are
+    never written.
     """
     import cupy
 
-    n = keys.size
+    parts = list(keys) if isinstance(keys, (list, tuple)) else None
+    if parts is not None and (not parts or values is not None or positions or segment is not None):
+        raise ValueError("mergesort sorts a list of key arrays keys only, without segment, and at least one: "
+                         "join them first")
+    n = keys.size if parts is None else sum(part.size for part in parts)
+    dtype = keys.dtype if parts is None else parts[0].dtype
     if positions:
         values_dtype = np.dtype(np.uint32 if n < 2**32 else np.uint64)
     elif values is not None:
         values_dtype = values.dtype
     else:
         values_dtype = None
-    k = kernels(keys.dtype, values_dtype.itemsize if values_dtype else 0, descending)
+    k = kernels(dtype, values_dtype.itemsize if values_dtype else 0, descending)
     if segment is not None:
         span = segment // k.nv
         if segment % k.nv or span & (span - 1) or n % segment:
@@ -71,7 +81,9 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
                              f"{n} keys: pad the segments to segment_length(length, {k.nv})")
     buckets = None
     if values_dtype is None and segment is None:
-        buckets = bucket_pass(k, keys, descending, keys.dtype)
+        buckets = bucket_pass(k, keys, descending, dtype)
+    if parts is not None:  # read where they lie by the bucket pass, else joined (by the copy engine) for the blocksort
+        keys, overwrite_input = (None, False) if buckets else (concatenate(parts), len(parts) > 1)
     tiles = buckets.tiles if buckets else Tiles.whole(n, k.nv, segment)
     four_way = k.merge_four is not None and n >= tuning.threshold("FOUR_WAY_MIN_KEYS")
     plan = pass_plan(tiles.levels, four_way=four_way)
@@ -89,7 +101,7 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
             bufs[1 - src] = given if overwrite_input and given is not None else cupy.empty(n, dtype)
         return bufs
 
-    key_bufs = buffers(keys, keys.dtype, buckets.keys if buckets else None)
+    key_bufs = buffers(keys, dtype, buckets.keys if buckets else None)
     value_bufs = buffers(values, values_dtype) if values_dtype else [NULL, NULL]
     if buckets:
         blocksort(k, key_bufs[src], NULL, key_bufs[src], NULL, tiles)  # in place, bucket by bucket

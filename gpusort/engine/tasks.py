@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from gpusort.arrays import concatenate, in_order, namespace, to_numpy
-from gpusort.backends import Pair, get_backend
+from gpusort.backends import Pair, get_backend, on_device
 from gpusort.keys import order
 
 Declared = tuple[int, int, np.dtype, "np.dtype | None"]
@@ -88,9 +88,37 @@ def sort_chunks(backend: Any, descending: bool, scheme: order.Scheme, offset: in
 
     Several chunks are concatenated into a temporary, which the sort may
     use; with ``upload``, host chunks go up into one on ``backend`` first.
+    Several GPU chunks of keys alone go to the sort as they are
+    (:func:`sort_parts`), which reads them where they lie.
     """
+    keys = chunks[0::2]
+    if offset is None and not upload and len(keys) > 1 and declared[0][3] is None and on_device(keys[0]) \
+            and all(k.ndim == 1 and k.dtype == declared[0][2] for k in keys):
+        check_declared(declared, chunks)
+        return sort_parts(backend, descending, scheme, list(keys))
     pair = gathered(declared, offset, chunks, get_backend(backend) if upload else None)
     return sort_pair(backend, descending, scheme, *pair, overwrite=upload or len(declared) > 1)
+
+
+def sort_parts(backend: Any, descending: bool, scheme: order.Scheme, parts: list[Any]) -> Pair:
+    """Keys alone, in ``parts`` end to end, as one run of order keys: the backend sorts the list as it is.
+
+    The GPU's sort reads the parts where they lie (its bucket pass), so no
+    joined copy of them is made (:meth:`gpusort.backends.Backend.sort_run`).
+    Parts already in order end to end are joined and not sorted.
+
+    Examples
+    --------
+    >>> sort_parts("numpy", False, "exact", [np.array([3, 1]), np.array([2])])
+    (array([1, 2, 3]), None)
+    """
+    okeys = [order.encode(p, descending, scheme) for p in parts]
+    sorter = get_backend(backend)
+    filled = [p for p in okeys if len(p)]
+    ends = [end for p in filled for end in (p[:1], p[-1:])]
+    if not ends or sorter.is_sorted(concatenate(ends)) and all(sorter.is_sorted(p) for p in filled):
+        return concatenate(okeys), None
+    return sorter.sort_run(filled)
 
 
 def sort_chunks_whole(backend: Any, dtype: np.dtype, descending: bool, scheme: order.Scheme, offset: int | None,
