@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gpusort.arrays import concatenate
+from gpusort.arrays import copy_into
 from gpusort.cuda import tuning
 from gpusort.cuda.tuning import NULL, TIE_CTAS, TIE_NT, TIE_VT, WORD, exact_word, pass_plan
 from gpusort.cuda.build import Encoding, Kernels, Packing, encoding, kernels, packing
@@ -79,11 +79,18 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
         if segment % k.nv or span & (span - 1) or n % segment:
             raise ValueError(f"segment={segment} must be nv * 2**m (nv = {k.nv}) and divide the "
                              f"{n} keys: pad the segments to segment_length(length, {k.nv})")
+    if parts is not None:
+        # The sort's second buffer, made up front as the join it replaces was:
+        # made mid-sort, from a UCX cluster's RMM pool, it cost more than the join.
+        keys, overwrite_input = cupy.empty(n, dtype), True
     buckets = None
     if values_dtype is None and segment is None:
-        buckets = bucket_pass(k, keys, descending, dtype)
-    if parts is not None:  # read where they lie by the bucket pass, else joined (by the copy engine) for the blocksort
-        keys, overwrite_input = (None, False) if buckets else (concatenate(parts), len(parts) > 1)
+        buckets = bucket_pass(k, keys if parts is None else parts, descending, dtype)
+    if parts is not None and not buckets:  # the blocksort reads them joined, by the copy engine
+        at = 0
+        for part in parts:
+            copy_into(keys[at:at + part.size], part)
+            at += part.size
     tiles = buckets.tiles if buckets else Tiles.whole(n, k.nv, segment)
     four_way = k.merge_four is not None and n >= tuning.threshold("FOUR_WAY_MIN_KEYS")
     plan = pass_plan(tiles.levels, four_way=four_way)
