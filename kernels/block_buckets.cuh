@@ -148,23 +148,28 @@ __device__ __forceinline__ int block_stage(const Out (&x)[VT], int (&bucket)[VT]
 // several arrays (a task's chunks, read where they lie instead of joined)
 // gives each span its array's address less the array's first index, so
 // indices stay the input's own (a packed argsort packs them as positions).
+// A pass that splits the buckets of an earlier one (sub-buckets) reads one
+// of them a span: `segment` is that bucket, whose splitters the span's keys
+// are searched by, and `first` the first span of it, where its counts begin.
 struct bucket_span {
   unsigned long long base;  // where key 0 would lie in the span's array (modulo 2^64)
   i64 begin, end;
+  int segment, first;
   template <class In>
   __device__ __forceinline__ const In* keys() const {
     return reinterpret_cast<const In*>(base);
   }
 };
 
-// CTA c's span: spans[c] where the host made a table (several arrays), else
-// keys [c * span, (c + 1) * span) of the one array at `keys`, which then
-// costs the host no upload.
+// CTA c's span: spans[c] where the host made a table (several arrays, or
+// sub-buckets), else keys [c * span, (c + 1) * span) of the one array at
+// `keys`, one segment, which then costs the host no upload.
 __device__ __forceinline__ bucket_span span_of(const bucket_span* spans, const void* keys, i64 count,
                                                i64 span, int c) {
   if (spans) return spans[c];
   const i64 begin = i64(c) * span;
-  return {reinterpret_cast<unsigned long long>(keys), begin, begin + span < count ? begin + span : count};
+  return {reinterpret_cast<unsigned long long>(keys), begin, begin + span < count ? begin + span : count,
+          0, 0};
 }
 
 // What the host reads back of a bucket pass (gpusort/cuda/buckets.py,
@@ -175,6 +180,31 @@ struct bucket_summary {
   int scatter;            // whether the scatter runs: it takes enough levels off the sort
   unsigned bases_done;    // CTAs of kernel_bucket_bases done; kernel_bucket_count zeroes it
 };
+
+// The summary of buckets whose tiles number `tiles`, the widest `widest`:
+// its merge levels, and whether they are few enough to scatter.
+__device__ __forceinline__ void write_summary(bucket_summary* summary, int tiles, int widest,
+                                              int max_levels) {
+  const int runs = widest > 1 ? widest : 1;
+  const int levels = 32 - __clz(runs - 1);  // ceil(log2(runs)): gpusort.cuda.tuning.merge_passes
+  summary->tiles = tiles;
+  summary->levels = levels;
+  summary->scatter = levels <= max_levels;
+}
+
+// Inclusive scans over a CTA of NT threads, one value a thread, of keys and
+// tiles at once; `keys` and `tiles` are NT entries of shared memory each.
+template <int NT>
+__device__ __forceinline__ void block_inclusive_scans(i64* keys, int* tiles, int tid) {
+  for (int d = 1; d < NT; d *= 2) {  // NT entries: no need for more
+    const i64 k = tid >= d ? keys[tid - d] : 0;
+    const int t = tid >= d ? tiles[tid - d] : 0;
+    __syncthreads();
+    keys[tid] += k;
+    tiles[tid] += t;
+    __syncthreads();
+  }
+}
 
 // One CTA of BUCKETS threads, from a bucket pass's totals (written by other
 // CTAs: read from L2):
@@ -197,24 +227,89 @@ __device__ __forceinline__ void block_bucket_tables(const i64* totals, i64 nv, i
   if (tid == 0) widest = 0;
   __syncthreads();
   atomicMax(&widest, tiles);
-  for (int d = 1; d < NT; d *= 2) {  // inclusive scans, 256 entries: no need for more
-    const i64 keys = tid >= d ? keys_before[tid - d] : 0;
-    const int before = tid >= d ? tiles_before[tid - d] : 0;
-    __syncthreads();
-    keys_before[tid] += keys;
-    tiles_before[tid] += before;
-    __syncthreads();
-  }
+  block_inclusive_scans<NT>(keys_before, tiles_before, tid);
   offsets[tid + 1] = keys_before[tid];
   first_tile[tid + 1] = tiles_before[tid];
   if (tid == 0) {
     offsets[0] = 0;
     first_tile[0] = 0;
-    const int runs = widest > 1 ? widest : 1;
-    const int levels = 32 - __clz(runs - 1);  // ceil(log2(runs)): gpusort.cuda.tuning.merge_passes
-    summary->tiles = tiles_before[NT - 1];
-    summary->levels = levels;
-    summary->scatter = levels <= max_levels;
+    write_summary(summary, tiles_before[NT - 1], widest, max_levels);
+  }
+}
+
+// One CTA of BUCKETS threads a segment (a bucket of the pass before), from
+// the counts of a pass that splits every segment into BUCKETS sub-buckets
+// (kernel_bucket_count over spans that each lie in one segment, the spans
+// of segment g being first_span[g] .. first_span[g + 1] - 1):
+// offsets[g * BUCKETS + b] <- where sub-bucket b of segment g begins (the
+// segment's own offset, outer[g], plus its sub-buckets before b), and
+// first_tile[g * BUCKETS + b] <- its first tile counted within the segment,
+// and segment_tiles[g], segment_tiles[BUCKETS + g] <- the segment's tiles
+// and its widest sub-bucket's, for block_subbucket_finish.  Returns
+// whether this CTA is the last to finish (a ticket in the summary, which
+// kernel_bucket_count zeroes).
+template <int NT>
+__device__ __forceinline__ bool block_subbucket_tables(const int* counts, i64 spans,
+                                                       const int* first_span, const i64* outer,
+                                                       i64 nv, i64* offsets, int* first_tile,
+                                                       int* segment_tiles, bucket_summary* summary,
+                                                       int g, int tid) {
+  static_assert(NT == BUCKETS, "one thread a sub-bucket");
+  __shared__ i64 keys_before[NT];
+  __shared__ int tiles_before[NT];
+  __shared__ int widest;
+  __shared__ bool last;
+  i64 total = 0;
+  for (int c = first_span[g]; c < first_span[g + 1]; ++c) total += counts[i64(tid) * spans + c];
+  const int tiles = int((total + nv - 1) / nv);
+  keys_before[tid] = total;
+  tiles_before[tid] = tiles;
+  if (tid == 0) widest = 0;
+  __syncthreads();
+  atomicMax(&widest, tiles);
+  block_inclusive_scans<NT>(keys_before, tiles_before, tid);
+  const i64 at = i64(g) * NT + tid;
+  offsets[at] = outer[g] + keys_before[tid] - total;
+  first_tile[at] = tiles_before[tid] - tiles;
+  __threadfence();  // the tables, then the ticket
+  __syncthreads();
+  if (tid == 0) {
+    segment_tiles[g] = tiles_before[NT - 1];
+    segment_tiles[NT + g] = widest;
+    __threadfence();
+    last = atomicAdd(&summary->bases_done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  return last;
+}
+
+// The last CTA of block_subbucket_tables: every segment's tiles before it
+// added to its sub-buckets' first tiles, the tables' last entries (n keys,
+// all the tiles), and the summary of the sub-buckets.  `outer` has
+// BUCKETS + 1 entries, the last the whole.
+template <int NT>
+__device__ __forceinline__ void block_subbucket_finish(const i64* outer, int max_levels,
+                                                       i64* offsets, int* first_tile,
+                                                       const int* segment_tiles,
+                                                       bucket_summary* summary, int tid) {
+  __shared__ i64 unused[NT];
+  __shared__ int tiles_before[NT];
+  __shared__ int widest;
+  __threadfence();
+  unused[tid] = 0;
+  tiles_before[tid] = __ldcg(segment_tiles + tid);
+  if (tid == 0) widest = 0;
+  __syncthreads();
+  atomicMax(&widest, __ldcg(segment_tiles + NT + tid));
+  block_inclusive_scans<NT>(unused, tiles_before, tid);
+  for (int g = 1; g < NT; ++g) {
+    const i64 at = i64(g) * NT + tid;
+    first_tile[at] = __ldcg(first_tile + at) + tiles_before[g - 1];
+  }
+  if (tid == 0) {
+    offsets[i64(NT) * NT] = outer[NT];
+    first_tile[i64(NT) * NT] = tiles_before[NT - 1];
+    write_summary(summary, tiles_before[NT - 1], widest, max_levels);
   }
 }
 

@@ -18,15 +18,16 @@ constexpr int BUCKETS = 256;
 // lie side by side.  In sorted order the search's later steps read
 // splitters 32 apart, all in one bank.  tree[0] is unused.
 
-// tree <- splitter i, splitters[i + 1] (kernel_splitters.cuh), at its node;
-// called by threads i = 0 .. BUCKETS - 2.
+// tree <- splitter i, splitters[(i + 1) * step] (kernel_splitters.cuh's
+// with step 1; every step-th key of a sorted sample tile for sub-buckets),
+// at its node; called by threads i = 0 .. BUCKETS - 2.
 template <class Key>
-__device__ __forceinline__ void place_splitter(const Key* splitters, int i, Key* tree) {
+__device__ __forceinline__ void place_splitter(const Key* splitters, i64 step, int i, Key* tree) {
   // Splitter i is the (i + 1)-th node in order of the perfect tree of
   // BUCKETS - 1 nodes: (i + 1) = odd * 2^z puts it z levels above the leaves.
   const int p = i + 1, z = __ffs(p) - 1, depth = 7 - z;
   static_assert(BUCKETS == 256, "the tree of splitters has 8 levels");
-  tree[(1 << depth) + (p >> (z + 1))] = splitters[p];
+  tree[(1 << depth) + (p >> (z + 1))] = splitters[p * step];
 }
 
 // How many splitters `key` does not precede: keys equal to a splitter go

@@ -27,27 +27,29 @@
 namespace gpusort {
 
 // counts[b * gridDim.x + c] <- how many keys of span c (span_of) fall in
-// bucket b; buckets[i] <- the bucket of key i.
-// The splitters are kernel_sample_splitters' (bucket_search.cuh).
-// Keys are compared as the Load policy reads them: a float sort compares its
-// exact keys, one instruction where a float compare takes several.
+// bucket b; buckets[i] <- the bucket of key i.  Segment s's splitter p is
+// splitters[s * tree_stride + p * step]: kernel_sample_splitters' (one
+// segment, step 1), or every step-th key of segment s's sorted sample tile
+// (sub-buckets; bucket_search.cuh).  Keys are compared as the Load policy
+// reads them: a float sort compares its exact keys, one instruction where a
+// float compare takes several.
 template <int NT, int VT, class Key, class Order, class Load = as_is>
 __global__ void __launch_bounds__(NT)
     kernel_bucket_count(const bucket_span* spans, const void* keys_at, i64 count, i64 span_keys,
-                        const Key* splitters, int* counts, unsigned char* buckets,
-                        bucket_summary* summary) {
+                        const Key* splitters, i64 step, i64 tree_stride, int* counts,
+                        unsigned char* buckets, bucket_summary* summary) {
   static_assert(NT == BUCKETS, "one thread a bucket");
   constexpr int WARPS = NT / 32;
   __shared__ Key tree[BUCKETS];
   __shared__ int histograms[WARPS][BUCKETS];  // one a warp: fewer lanes contend for a counter
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  if (tid < BUCKETS - 1) place_splitter(splitters, tid, tree);
+  const bucket_span span = span_of(spans, keys_at, count, span_keys, blockIdx.x);
+  if (tid < BUCKETS - 1) place_splitter(splitters + span.segment * tree_stride, step, tid, tree);
   if (blockIdx.x == 0 && tid == 0) summary->bases_done = 0u;
 #pragma unroll
   for (int w = 0; w < WARPS; ++w) histograms[w][tid] = 0;
   __syncthreads();
 
-  const bucket_span span = span_of(spans, keys_at, count, span_keys, blockIdx.x);
   const auto* keys = span.keys<typename Load::template input<Key>>();
   for (i64 tile = span.begin; tile < span.end; tile += NT * VT) {
     const int tile_count = int(span.end - tile < NT * VT ? span.end - tile : NT * VT);
@@ -72,7 +74,8 @@ __global__ void __launch_bounds__(NT)
 // c have (an exclusive scan of row b of kernel_bucket_count's counts), and
 // totals[b] <- the bucket's keys.  The last CTA to finish then makes the
 // tables and the summary (block_bucket_tables): a launch fewer, which a sort
-// bound by launching feels.
+// bound by launching feels.  Sub-buckets make theirs with
+// kernel_bucket_subtables instead (`offsets` null).
 template <int NT>
 __global__ void __launch_bounds__(NT)
     kernel_bucket_bases(const int* counts, i64 spans, i64* bases, i64* totals, i64 nv,
@@ -102,7 +105,7 @@ __global__ void __launch_bounds__(NT)
   if (tid == 0) {
     totals[blockIdx.x] = carry;
     __threadfence();  // the total, then the ticket
-    last = atomicAdd(&summary->bases_done, 1u) == gridDim.x - 1;
+    last = offsets && atomicAdd(&summary->bases_done, 1u) == gridDim.x - 1;
   }
   __syncthreads();
   if (last) {
@@ -111,8 +114,26 @@ __global__ void __launch_bounds__(NT)
   }
 }
 
-// out[offsets[b] + bases[b * gridDim.x + c] ...] <- span c's keys of bucket
-// b (span_of), in input order, read through the Load policy (packed_positions.cuh: a
+// CTA g of BUCKETS, one a segment: the tables of a pass that splits every
+// bucket of the pass before (`outer`: BUCKETS + 1 offsets) into BUCKETS
+// sub-buckets, from its counts over spans that each lie in one segment
+// (block_subbucket_tables); the last CTA to finish adds up the segments'
+// tiles and writes the summary (block_subbucket_finish).
+template <int NT>
+__global__ void __launch_bounds__(NT)
+    kernel_bucket_subtables(const int* counts, i64 spans, const int* first_span, const i64* outer,
+                            i64 nv, int max_levels, i64* offsets, int* first_tile,
+                            int* segment_tiles, bucket_summary* summary) {
+  const int tid = threadIdx.x;
+  if (block_subbucket_tables<NT>(counts, spans, first_span, outer, nv, offsets, first_tile,
+                                 segment_tiles, summary, blockIdx.x, tid))
+    block_subbucket_finish<NT>(outer, max_levels, offsets, first_tile, segment_tiles, summary,
+                               tid);
+}
+
+// out[offsets[s * BUCKETS + b] + bases[b * gridDim.x + c] - bases[b *
+// gridDim.x + first] ...] <- span c's keys of bucket b (span_of: of segment
+// s, whose first span is `first`; one segment: s = first = 0), in input order, read through the Load policy (packed_positions.cuh: a
 // packed argsort packs its words here), their buckets from
 // kernel_bucket_count; and tile_bucket[t] <- the bucket of tile t of the
 // sort after it (segments.cuh), the tiles spread over the CTAs; nothing where
@@ -124,7 +145,7 @@ __global__ void __launch_bounds__(NT, 2)
     kernel_bucket_scatter(const bucket_span* spans, const void* keys_at, i64 count, i64 span_keys,
                           const unsigned char* buckets, const i64* bases, const i64* offsets,
                           const bucket_summary* summary, const int* first_tile, int* tile_bucket,
-                          Out* out) {
+                          Out* out, int segments) {
   constexpr int NV = NT * VT;
   __shared__ i64 shift[BUCKETS];  // the tile's key j of bucket b goes to shift[b] + j
   __shared__ bucket_stage<NT, VT, Out> stage;
@@ -133,11 +154,13 @@ __global__ void __launch_bounds__(NT, 2)
                 "(gpusort/cuda/tuning.py, BUCKET_VT)");
   if (!summary->scatter) return;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int tiles = first_tile[BUCKETS];
+  const int buckets_in_all = segments * BUCKETS, tiles = first_tile[buckets_in_all];
   for (int t = blockIdx.x * NT + tid; t < tiles; t += gridDim.x * NT)
-    tile_bucket[t] = bucket_of_tile<BUCKETS>(first_tile, t);
+    tile_bucket[t] = bucket_of_tile(first_tile, t, buckets_in_all);
+  const bucket_span span = span_of(spans, keys_at, count, span_keys, blockIdx.x);
   // Where bucket tid's next key goes.
-  i64 cursor = offsets[tid] + bases[i64(tid) * gridDim.x + blockIdx.x];
+  const i64* row = bases + i64(tid) * gridDim.x;
+  i64 cursor = offsets[i64(span.segment) * BUCKETS + tid] + row[blockIdx.x] - row[span.first];
 #pragma unroll
   for (int w = 0; w < NT / 32; ++w) {
     stage.warp_counts[w][tid] = 0;
@@ -145,7 +168,6 @@ __global__ void __launch_bounds__(NT, 2)
   }
   __syncthreads();
 
-  const bucket_span span = span_of(spans, keys_at, count, span_keys, blockIdx.x);
   const auto* keys = span.keys<typename Load::template input<Out>>();
   for (i64 tile = span.begin; tile < span.end; tile += NV) {
     const int tile_count = int(span.end - tile < NV ? span.end - tile : NV);

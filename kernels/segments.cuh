@@ -37,13 +37,10 @@ struct segments {
 
 // The bucket whose tiles first_tile[b] .. first_tile[b + 1] - 1 hold tile t:
 // the last bucket whose first tile is at most t (empty buckets come before
-// it).  first_tile has BUCKETS + 1 entries.
-template <int BUCKET_COUNT>
-__device__ __forceinline__ int bucket_of_tile(const int* first_tile, int t) {
-  static_assert((BUCKET_COUNT & (BUCKET_COUNT - 1)) == 0, "a power of two of buckets");
+// it).  first_tile has `buckets` + 1 entries, `buckets` a power of two.
+__device__ __forceinline__ int bucket_of_tile(const int* first_tile, int t, int buckets) {
   int b = 0;
-#pragma unroll
-  for (int step = BUCKET_COUNT / 2; step >= 1; step /= 2) {
+  for (int step = buckets / 2; step >= 1; step /= 2) {
     if (first_tile[b + step] <= t) b += step;
   }
   return b;

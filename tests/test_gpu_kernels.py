@@ -213,27 +213,44 @@ def test_sample_splitters_are_every_step_th_of_the_sorted_sample(dtype, descendi
                         np.sort(order.encode(x, descending, "exact"))[::step])
 
 
+def sub_buckets(monkeypatch, passes: int) -> None:
+    """Bucket passes split their buckets again (``passes`` 2) wherever they scatter, or never (1)."""
+    monkeypatch.setattr(tuning, "SUBBUCKET_MIN_LEVELS", 0 if passes == 2 else 10**6)
+
+
+@pytest.mark.parametrize("passes", [1, 2], ids=["buckets", "sub-buckets"])
 @pytest.mark.parametrize("dtype", ["int32", "int64", "uint16"])
-def test_bucket_scatter_groups_stably(dtype, rng, monkeypatch):
+def test_bucket_scatter_groups_stably(dtype, passes, rng, monkeypatch):
     # The scatter alone against NumPy: a key's bucket is how many splitters
-    # are <= it, and each bucket keeps its keys in input order.
+    # are <= it, and each bucket keeps its keys in input order.  Split again,
+    # a key's sub-bucket is how many of its bucket's own splitters are <= it.
     monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
     monkeypatch.setattr(tuning, "BUCKET_LEVELS_SAVED", 0)  # the heavy bucket saves few levels
+    sub_buckets(monkeypatch, passes)
     x = make_keys(rng, dtype, 300_007, "random")
     x[rng.random(x.size) < 0.2] = x[0]  # one heavy bucket
     d = cupy.asarray(x)
     k = build.kernels(x.dtype, 0, False)
     done = buckets.bucket_pass(k, d, False, x.dtype)
-    assert done is not None
+    assert done is not None and (done.sub_splitters is not None) == (passes == 2)
     bucket_of = np.searchsorted(cupy.asnumpy(done.splitters), x, side="right")
+    count = tuning.BUCKETS ** passes
+    if passes == 2:
+        sub = cupy.asnumpy(done.sub_splitters)
+        assert sub.shape == (tuning.BUCKETS, tuning.BUCKETS - 1) and (np.diff(sub, axis=1) >= 0).all()
+        within = np.zeros_like(bucket_of)
+        for b in np.unique(bucket_of):
+            inside = bucket_of == b
+            within[inside] = np.searchsorted(sub[b], x[inside], side="right")
+        bucket_of = bucket_of * tuning.BUCKETS + within
     assert_same(done.keys, x[np.argsort(bucket_of, kind="stable")])
-    sizes = np.bincount(bucket_of, minlength=tuning.BUCKETS)
+    sizes = np.bincount(bucket_of, minlength=count)
     assert_same(done.tiles.offsets, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
     # The tile tables and the levels the kernels worked out, against the host's own.
     tiles = -(-sizes // k.nv)
     assert_same(done.tiles.first_tile, np.concatenate([[0], np.cumsum(tiles)]).astype(np.int32))
     assert done.tiles.count == tiles.sum()
-    assert_same(done.tiles.tile_bucket[:done.tiles.count], np.repeat(np.arange(tuning.BUCKETS), tiles).astype(np.int32))
+    assert_same(done.tiles.tile_bucket[:done.tiles.count], np.repeat(np.arange(count), tiles).astype(np.int32))
     assert done.tiles.levels == tuning.merge_passes(int(sizes.max()), k.nv)
 
 
@@ -247,17 +264,21 @@ def test_bucket_pass_declines_where_it_saves_too_few_levels(rng, monkeypatch):
     check_sort_and_argsort(x, False)
 
 
+@pytest.mark.parametrize("passes", [1, 2], ids=["buckets", "sub-buckets"])
 @pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
 @pytest.mark.parametrize("dtype", KEY_DTYPES, ids=str)
-def test_bucket_pass_every_dtype_and_pattern(dtype, descending, rng, monkeypatch):
+def test_bucket_pass_every_dtype_and_pattern(dtype, descending, passes, rng, monkeypatch):
     # Sorts that begin with a bucket pass, forced even where it saves nothing
     # so that every pattern sorts bucket by bucket: buckets of one partial
     # tile (no merge pass at all), empty buckets, one bucket of every key,
     # and buckets of many tiles merged two and four ways, the last pair or
     # group of each bucket cut short by its end.  Ties keep input order.
+    # Sub-buckets likewise: buckets of fewer keys than their sample, empty
+    # and single-key buckets split again, a sub-bucket of every key.
     monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
     monkeypatch.setattr(tuning, "BUCKET_LEVELS_SAVED", 0)
     monkeypatch.setattr(tuning, "FOUR_WAY_MIN_KEYS", 0)
+    sub_buckets(monkeypatch, passes)
     for n in (4 * tuning.BUCKETS * tuning.BUCKET_SAMPLE + 3, 300_007):
         for pattern in PATTERNS:
             x = make_keys(rng, dtype, n, pattern)
@@ -280,6 +301,22 @@ def test_bucket_pass_large(dtype, rng, monkeypatch):
         perm = np.argsort(x, kind="stable")
         assert_same(gpu.sort(d), x[perm])
         assert_same(gpu.argsort(d), perm)
+
+
+@pytest.mark.parametrize("reuse", [False, True], ids=["new", "reused"])
+def test_sub_buckets_as_the_sort_decides(reuse):
+    # 2**29 evenly spread int64 keys leave buckets of ~356 tiles (nine merge
+    # levels): the sort splits them again by itself, writing the second
+    # scatter into the input's memory where it may reuse it, and leaves the
+    # input alone where not.  CUB's sort is the oracle.
+    d = cupy.random.RandomState(3).randint(-(2**31), 2**31 - 1, size=2 * (2**29 + 5), dtype=np.int32).view(np.int64)
+    done = buckets.bucket_pass(build.kernels(d.dtype, 0, False), d, False, d.dtype)
+    assert done is not None and done.sub_splitters is not None and done.tiles.levels <= 4
+    del done
+    expected, kept = cupy.sort(d), None if reuse else d.copy()
+    got, _ = dispatch.mergesort(d, overwrite_input=reuse)
+    assert bool((got == expected).all())
+    assert reuse or bool((d == kept).all())
 
 
 def test_packed_argsort_refuses_too_many_keys():
@@ -480,14 +517,16 @@ def _parts(x: np.ndarray, rng) -> list:
     return [cupy.asarray(x[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
+@pytest.mark.parametrize("passes", [1, 2], ids=["buckets", "sub-buckets"])
 @pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
 @pytest.mark.parametrize("dtype", INTEGER_DTYPES, ids=str)
-def test_bucket_pass_reads_parts_where_they_lie(dtype, descending, rng, monkeypatch):
+def test_bucket_pass_reads_parts_where_they_lie(dtype, descending, passes, rng, monkeypatch):
     # A bucket pass over parts scatters exactly what it scatters from their
     # concatenation (each bucket in input order), and a mergesort of the
     # parts sorts them as one array, writing none of them.
     monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
     monkeypatch.setattr(tuning, "BUCKET_LEVELS_SAVED", 0)
+    sub_buckets(monkeypatch, passes)
     k = build.kernels(np.dtype(dtype), 0, descending)
     for pattern in ("random", "few", "sorted", "reversed"):
         x = make_keys(rng, dtype, 300_007, pattern)

@@ -65,23 +65,39 @@ def _sample(parts: list, stride: int, count: int):
     return sample
 
 
+def _span_length(n: int) -> int:
+    """Keys a CTA of a pass over ``n`` keys counts and scatters: whole tiles of both, about BUCKET_CTAS spans in all."""
+    tile = BUCKETS * math.lcm(BUCKET_COUNT_VT, *BUCKET_VT.values())  # the scatter's and the count's tiles divide it
+    return tile * -(-n // (tile * BUCKET_CTAS))
+
+
 def _spans(parts: list, span: int):
     """The bucket pass's CTAs' ``bucket_span`` table (kernels/block_buckets.cuh): ``span`` keys each, within a part.
 
-    Three words a CTA: where key 0 would lie in its part (modulo 2**64), and
-    its first and past-the-last key of the whole.
+    Four words a CTA: where key 0 would lie in its part (modulo 2**64), its
+    first and past-the-last key of the whole, and its segment (0: one).
     """
-    import cupy
-
     rows, at = [], 0
     for part in parts:
-        begins = np.arange(at, at + part.size, span, dtype=np.uint64)
-        row = np.empty((begins.size, 3), np.uint64)
-        row[:, 0] = (part.data.ptr - at * part.itemsize) % 2**64
-        row[:, 1] = begins
-        row[:, 2] = np.minimum(begins + np.uint64(span), np.uint64(at + part.size))
-        rows.append(row)
+        begins = np.arange(at, at + part.size, span, dtype=np.int64)
+        rows.append(_span_rows(part.data.ptr - at * part.itemsize, begins,
+                               np.minimum(begins + span, at + part.size), np.zeros(begins.size, np.int64), 0))
         at += part.size
+    return _upload_rows(rows)
+
+
+def _span_rows(base: int, begins: np.ndarray, ends: np.ndarray, segments: np.ndarray, firsts) -> np.ndarray:
+    """``bucket_span`` rows as int64 words: the base address, begin, end, and the segment and its first span as two int32."""
+    rows = np.empty((begins.size, 4), np.int64)
+    rows[:, 0] = np.uint64(base % 2**64).view(np.int64)
+    rows[:, 1], rows[:, 2] = begins, ends
+    rows[:, 3] = segments + (np.asarray(firsts, np.int64) << 32)  # little-endian: segment, then first
+    return rows
+
+
+def _upload_rows(rows: list[np.ndarray]):
+    import cupy
+
     return cupy.asarray(np.concatenate(rows))
 
 
@@ -92,6 +108,14 @@ class Buckets:
     tiles: Tiles
     keys: Any  # the keys (or packed words) scattered bucket by bucket, each bucket in input order
     splitters: Any  # BUCKETS - 1 sampled keys as the count compares them, in order (_splitters)
+    #: Sub-buckets (:func:`_split_buckets`): bucket b's BUCKETS - 1 splitters are
+    #: row b of this (BUCKETS, BUCKETS - 1) array, and the tiles are the
+    #: sub-buckets', BUCKETS a bucket; None: one pass.
+    sub_splitters: Any = None
+    #: Memory of as many keys that the sort may use as it likes: the caller's
+    #: ``spare`` that the pass did not write, or the first pass's output once
+    #: the second wrote into the spare (or into new memory); None: none.
+    free: Any = None
 
 
 #: int32 fields of a bucket pass's summary (kernels/kernel_buckets.cuh,
@@ -100,7 +124,8 @@ class Buckets:
 _SUMMARY_FIELDS = 4
 
 
-def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dtype: np.dtype) -> Buckets | None:
+def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dtype: np.dtype,
+                spare: Any = None) -> Buckets | None:
     """``keys`` scattered into buckets for a keys-only sort into tiles of ``k.nv``, or ``None`` where that does not pay.
 
     ``keys``: a contiguous 1-D CuPy array, or a list of them, which the pass
@@ -124,6 +149,11 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     summary (tiles, levels, scatter or not: :func:`_read_summary`) while the
     scatter runs, so the GPU never waits on that read.  ``None`` also below
     :data:`~gpusort.cuda.tuning.BUCKET_MIN_BYTES` of ``out_dtype`` (or four samples).
+
+    Buckets that still take :data:`~gpusort.cuda.tuning.SUBBUCKET_MIN_LEVELS` merge levels or more
+    are split again, each into BUCKETS sub-buckets (:func:`_split_buckets`),
+    written into ``spare`` (a CuPy array of ``n`` ``out_dtype`` keys the
+    caller no longer needs) where given.
     """
     import cupy
 
@@ -136,8 +166,7 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     stride = n // sample_size
     splitters = _splitters(k, _sample(parts, stride, sample_size), descending)
 
-    tile = BUCKETS * math.lcm(BUCKET_COUNT_VT, *BUCKET_VT.values())  # the scatter's and the count's tiles divide it
-    span = tile * -(-n // (tile * BUCKET_CTAS))
+    span = _span_length(n)
     # Where the CTAs read: one array's spans they find themselves; several arrays' come as a table.
     at = (NULL, parts[0]) if len(parts) == 1 else (_spans(parts, span), NULL)
     at += (np.int64(n), np.int64(span))
@@ -145,7 +174,7 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     counts = cupy.empty((BUCKETS, ctas), np.int32)
     buckets = cupy.empty(n, np.uint8)
     summary = cupy.empty(_SUMMARY_FIELDS, np.int32)
-    k.bucket_count((ctas,), (BUCKETS,), (*at, splitters, counts, buckets, summary))
+    k.bucket_count((ctas,), (BUCKETS,), (*at, splitters, np.int64(1), np.int64(0), counts, buckets, summary))
     bases, totals = cupy.empty((BUCKETS, ctas), np.int64), cupy.empty(BUCKETS, np.int64)
     offsets, first_tile = cupy.empty(BUCKETS + 1, np.int64), cupy.empty(BUCKETS + 1, np.int32)
     max_levels = np.int32(merge_passes(n, k.nv) - tuning.threshold("BUCKET_LEVELS_SAVED"))
@@ -155,22 +184,99 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     tabled.record()
     tile_bucket = cupy.empty(-(-n // k.nv) + BUCKETS, np.int32)  # tiles: at most one partial tile a bucket
     out = cupy.empty(n, out_dtype)
-    k.bucket_scatter((ctas,), (BUCKETS,), (*at, buckets, bases, offsets, summary, first_tile, tile_bucket, out))
-    count, levels, scatter, _ = _read_summary(summary, tabled)
+    k.bucket_scatter((ctas,), (BUCKETS,), (*at, buckets, bases, offsets, summary, first_tile, tile_bucket, out,
+                                           np.int32(1)))
+    (count, levels, scatter, _), outer = _read_summary(summary, tabled, offsets)
     if not scatter:
         return None
-    return Buckets(Tiles(count, levels, offsets, tile_bucket, first_tile), out, splitters[1:])
+    done = Buckets(Tiles(count, levels, offsets, tile_bucket, first_tile), out, splitters[1:], free=spare)
+    if levels >= tuning.threshold("SUBBUCKET_MIN_LEVELS"):
+        return _split_buckets(k, done, outer, buckets, spare) or done
+    return done
+
+
+def _split_buckets(k: Kernels | Packing | Encoding, done: Buckets, outer: np.ndarray, buckets,
+                   spare: Any) -> Buckets | None:
+    """The buckets of a bucket pass (``done``; ``outer``: its offsets on the host) each split into BUCKETS sub-buckets.
+
+    A second count and scatter, segment by segment: every bucket is sampled
+    with a tile of ``nv`` keys at even strides, the tiles are blocksorted at
+    once, and every ``nv / BUCKETS``-th key of bucket b's sorted tile is a
+    splitter of it.  The count's CTAs each read a span of one bucket
+    (``bucket_span``'s segment) and search its splitters;
+    ``kernel_bucket_subtables`` turns the counts into the sub-buckets'
+    offsets and tiles, and the scatter moves every key to its sub-bucket,
+    still in input order (so the sort stays stable).  Evenly spread keys
+    then take about eight merge levels fewer again.  ``buckets`` (the
+    first count's bytes) is rewritten with the sub-buckets.  ``None`` where
+    the tiles are not a multiple of BUCKETS keys, or where the kernels find
+    that the sub-buckets save fewer than
+    :data:`~gpusort.cuda.tuning.BUCKET_LEVELS_SAVED` levels.
+    """
+    import cupy
+
+    # What the first scatter wrote is what this pass reads: words (a packed
+    # argsort), or what the first count read (keys, or floats' bits).
+    sub = kernels(done.keys.dtype, 0, False) if getattr(k, "scatters_words", False) else k
+    nv, keys, n = sub.nv, done.keys, done.keys.size
+    if nv % BUCKETS or sub.bucket_subtables is None:
+        return None
+    sample = cupy.zeros(BUCKETS * nv, keys.dtype)  # a bucket of fewer than nv keys leaves zeros: any key will do
+    for g in range(BUCKETS):
+        size = int(outer[g + 1] - outer[g])
+        if size:
+            stride, taken = max(1, size // nv), min(nv, size)
+            every(keys, stride, int(outer[g]) + stride // 2, taken, out=sample[g * nv:g * nv + taken])
+    tiles = cupy.empty(sample.size, keys.dtype)  # as the count compares them (a float sort's: exact words)
+    blocksort(sub, sample, NULL, tiles, NULL, Tiles.whole(sample.size, nv))
+
+    span = _span_length(n)
+    sizes = np.diff(outer)
+    per = -(-sizes // span)  # spans a bucket
+    first_span = np.concatenate(([0], np.cumsum(per))).astype(np.int64)
+    segment = np.repeat(np.arange(BUCKETS, dtype=np.int64), per)
+    begins = outer[:-1][segment] + (np.arange(segment.size) - first_span[segment]) * span
+    table = _upload_rows([_span_rows(keys.data.ptr, begins, np.minimum(begins + span, outer[1:][segment]), segment,
+                                     first_span[segment])])
+    ctas = segment.size
+    counts = cupy.empty((BUCKETS, ctas), np.int32)
+    summary = cupy.empty(_SUMMARY_FIELDS, np.int32)
+    at = (table, NULL, np.int64(n), np.int64(span))
+    sub.bucket_count((ctas,), (BUCKETS,), (*at, tiles, np.int64(nv // BUCKETS), np.int64(nv), counts, buckets,
+                                           summary))
+    bases, totals = cupy.empty((BUCKETS, ctas), np.int64), cupy.empty(BUCKETS, np.int64)
+    sub.bucket_bases((BUCKETS,), (BUCKETS,), (counts, np.int64(ctas), bases, totals, np.int64(nv), np.int32(0),
+                                              NULL, NULL, summary))
+    offsets = cupy.empty(BUCKETS * BUCKETS + 1, np.int64)
+    first_tile = cupy.empty(BUCKETS * BUCKETS + 1, np.int32)
+    segment_tiles = cupy.empty(2 * BUCKETS, np.int32)
+    max_levels = np.int32(done.tiles.levels - tuning.threshold("BUCKET_LEVELS_SAVED"))
+    sub.bucket_subtables((BUCKETS,), (BUCKETS,), (counts, np.int64(ctas), cupy.asarray(first_span.astype(np.int32)),
+                                                  done.tiles.offsets, np.int64(nv), max_levels, offsets, first_tile,
+                                                  segment_tiles, summary))
+    tabled = cupy.cuda.Event(disable_timing=True)
+    tabled.record()
+    tile_bucket = cupy.empty(-(-n // nv) + BUCKETS * BUCKETS, np.int32)
+    out = spare if spare is not None else cupy.empty(n, keys.dtype)
+    sub.bucket_scatter((ctas,), (BUCKETS,), (*at, buckets, bases, offsets, summary, first_tile, tile_bucket, out,
+                                             np.int32(BUCKETS)))
+    (count, levels, scatter, _), _ = _read_summary(summary, tabled)
+    if not scatter:
+        return None
+    return Buckets(Tiles(count, levels, offsets, tile_bucket, first_tile), out, done.splitters,
+                   tiles.reshape(BUCKETS, nv)[:, nv // BUCKETS::nv // BUCKETS], free=keys)
 
 
 _side = threading.local()
 
 
-def _read_summary(summary, after) -> list[int]:
+def _read_summary(summary, after, offsets=None) -> tuple[list[int], np.ndarray | None]:
     """A bucket pass's summary (``_SUMMARY_FIELDS`` int32 on the GPU, ready once the event ``after`` has passed).
 
     Copied on a side stream into pinned memory, both kept for the thread
     and device: the host launches the scatter before it waits here, and the
-    stream that runs the scatter never waits on the copy.
+    stream that runs the scatter never waits on the copy.  With ``offsets``
+    (the buckets' BUCKETS + 1 offsets, ready by then too), a copy of them as well.
     """
     import cupy
     import cupyx
@@ -178,9 +284,12 @@ def _read_summary(summary, after) -> list[int]:
     device = cupy.cuda.Device().id
     kept = _side.__dict__.setdefault("kept", {})
     if device not in kept:
-        kept[device] = cupy.cuda.Stream(non_blocking=True), cupyx.empty_pinned(_SUMMARY_FIELDS, np.int32)
-    stream, pinned = kept[device]
+        kept[device] = (cupy.cuda.Stream(non_blocking=True), cupyx.empty_pinned(_SUMMARY_FIELDS, np.int32),
+                        cupyx.empty_pinned(BUCKETS + 1, np.int64))
+    stream, pinned, pinned_offsets = kept[device]
     stream.wait_event(after)
     summary.get(stream=stream, out=pinned, blocking=False)
+    if offsets is not None:
+        offsets.get(stream=stream, out=pinned_offsets, blocking=False)
     stream.synchronize()
-    return pinned.tolist()
+    return pinned.tolist(), None if offsets is None else pinned_offsets.copy()

@@ -120,6 +120,7 @@ def bucket_expressions(key: np.dtype, out: np.dtype, descending: bool, load: str
     return {"sample_splitters": f"gpusort::kernel_sample_splitters<{SPLITTERS_NT}, {SAMPLE_FENCE}, {compared}>",
             "bucket_count": f"gpusort::kernel_bucket_count<{BUCKETS}, {count_vt}, {compared}{loaded}>",
             "bucket_bases": f"gpusort::kernel_bucket_bases<{BUCKETS}>",
+            "bucket_subtables": f"gpusort::kernel_bucket_subtables<{BUCKETS}>",
             "bucket_scatter": f"gpusort::kernel_bucket_scatter<{BUCKETS}, {scatter_vt}, {w}, {scattered}>"}
 
 
@@ -219,6 +220,7 @@ class Kernels(_Launch):
     sample_splitters: Any = None  # keys-only modules: the bucket pass
     bucket_count: Any = None
     bucket_bases: Any = None
+    bucket_subtables: Any = None
     bucket_scatter: Any = None
     blocksort_positions: Any = None  # the WORD module: last passes of a packed argsort
     merge_positions: Any = None
@@ -234,6 +236,7 @@ class Packing(_Launch):
     sample_splitters: Any
     bucket_count: Any
     bucket_bases: Any
+    bucket_subtables: Any
     bucket_scatter: Any
 
     #: The scatter packs the words, which the blocksort after it sorts.
@@ -253,6 +256,7 @@ class Encoding(_Launch):
     sample_splitters: Any
     bucket_count: Any
     bucket_bases: Any
+    bucket_subtables: Any
     bucket_scatter: Any
 
     #: The scatter moves the floats' bits as they are, and the blocksort after it
@@ -276,7 +280,8 @@ FAMILIES = {
     "merge": "merge", "partition": "merge", "partition_group": "merge", "merge_positions": "merge",
     "merge_bits": "merge",
     "merge_four": "four", "partition_four": "four", "merge_four_positions": "four",
-    "sample_splitters": "buckets", "bucket_count": "buckets", "bucket_bases": "buckets", "bucket_scatter": "buckets",
+    "sample_splitters": "buckets", "bucket_count": "buckets", "bucket_bases": "buckets",
+    "bucket_subtables": "buckets", "bucket_scatter": "buckets",
     "tie_bounds": "ties", "tie_count": "ties", "tie_gather": "ties",
 }
 

@@ -85,7 +85,9 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
         keys, overwrite_input = cupy.empty(n, dtype), True
     buckets = None
     if values_dtype is None and segment is None:
-        buckets = bucket_pass(k, keys if parts is None else parts, descending, dtype)
+        # Reusing, the input's memory may take the second bucket pass's scatter.
+        buckets = bucket_pass(k, keys if parts is None else parts, descending, dtype,
+                              spare=keys if overwrite_input else None)
     if parts is not None and not buckets:  # the blocksort reads them joined, by the copy engine
         at = 0
         for part in parts:
@@ -100,15 +102,21 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
     passes = len(plan)
     src = passes % 2
 
-    def buffers(given, dtype, first=None):
-        """The ping-pong buffers; ``first``, where given, is the one the blocksort writes."""
+    def buffers(given, dtype, first=None, free=None):
+        """The ping-pong buffers; ``first``, where given, is the one the blocksort writes.
+
+        The other is ``free`` (memory the bucket pass let go of), or the
+        input where it may be reused, or new memory.
+        """
         bufs = [None] * (2 if passes else 1)
         bufs[src] = first if first is not None else cupy.empty(n, dtype)
-        if passes:  # reusing, the input is the buffer the blocksort does not write
-            bufs[1 - src] = given if overwrite_input and given is not None else cupy.empty(n, dtype)
+        if passes:
+            if free is None and overwrite_input:
+                free = given
+            bufs[1 - src] = free if free is not None else cupy.empty(n, dtype)
         return bufs
 
-    key_bufs = buffers(keys, dtype, buckets.keys if buckets else None)
+    key_bufs = buffers(keys, dtype, *((buckets.keys, buckets.free) if buckets else ()))
     value_bufs = buffers(values, values_dtype) if values_dtype else [NULL, NULL]
     if buckets:
         blocksort(k, key_bufs[src], NULL, key_bufs[src], NULL, tiles)  # in place, bucket by bucket
@@ -202,8 +210,8 @@ def _sort_words(keys, descending: bool, k: Kernels, first: Packing | Encoding, w
     src = len(plan) % 2
     bufs = [None] * (2 if plan else 1)
     bufs[src] = buckets.keys if buckets else cupy.empty(n, word)
-    if plan:
-        bufs[1 - src] = cupy.empty(n, word)
+    if plan:  # memory the bucket pass let go of, or new
+        bufs[1 - src] = buckets.free if buckets and buckets.free is not None else cupy.empty(n, word)
     if buckets:  # in place, bucket by bucket, from words, or from floats' bits (Encoding.scatters_words)
         blocksort(k if first.scatters_words else first, bufs[src], NULL, bufs[src], NULL, tiles,
                   kernel=None if plan else last.bucket_blocksort)

@@ -112,7 +112,8 @@ PARTITION_GROUP_TILES, PARTITION_LANES = 8192, 8
 
 
 #: The thresholds above that choose a pass at each call, which :func:`forced` may set for a block.
-THRESHOLDS = ("FOUR_WAY_MIN_KEYS", "PARTITION_GROUP_TILES", "BUCKET_MIN_BYTES", "BUCKET_LEVELS_SAVED")
+THRESHOLDS = ("FOUR_WAY_MIN_KEYS", "PARTITION_GROUP_TILES", "BUCKET_MIN_BYTES", "BUCKET_LEVELS_SAVED",
+              "SUBBUCKET_MIN_LEVELS")
 _forced: contextvars.ContextVar[dict[str, int]] = contextvars.ContextVar("gpusort_forced_thresholds", default={})
 
 
@@ -169,6 +170,17 @@ BUCKET_MIN_BYTES = 2**26
 #: the sort: the scatter itself costs about as much as two to three merge
 #: levels, so it must save more than that.
 BUCKET_LEVELS_SAVED = 4
+
+
+#: Buckets that still take this many merge levels (the largest one's) are
+#: split again, each into BUCKETS sub-buckets (gpusort/cuda/buckets.py,
+#: _split_buckets): a second count and scatter take about eight levels off.
+#: From 9 levels on, a sub-bucket holds two tiles or more on average; below,
+#: the padding of its partial last tile (every sub-bucket has one) costs the
+#: blocksort and the merges more than the levels save (one H200, int64:
+#: 2**27 7.30 ms without against 13.18 with; 2**28 14.64 / 17.04; 2**29
+#: 31.22 / 30.68; 2**30 64.08 / 60.23; 2**31 136.59 / 119.64).
+SUBBUCKET_MIN_LEVELS = 9
 
 
 #: Sampled keys per bucket: the splitters are every BUCKET_SAMPLE-th of the
