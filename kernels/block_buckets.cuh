@@ -206,6 +206,22 @@ __device__ __forceinline__ void block_inclusive_scans(i64* keys, int* tiles, int
   }
 }
 
+// Thread tid's bucket holds `total` keys: keys_before and tiles_before <-
+// inclusive scans over the CTA of the keys and of their tiles of nv, widest
+// <- the most tiles of one bucket.  Returns the bucket's tiles.
+template <int NT>
+__device__ __forceinline__ int block_scan_tiles(i64 total, i64 nv, i64* keys_before, int* tiles_before,
+                                                int& widest, int tid) {
+  const int tiles = int((total + nv - 1) / nv);
+  keys_before[tid] = total;
+  tiles_before[tid] = tiles;
+  if (tid == 0) widest = 0;
+  __syncthreads();
+  atomicMax(&widest, tiles);
+  block_inclusive_scans<NT>(keys_before, tiles_before, tid);
+  return tiles;
+}
+
 // One CTA of BUCKETS threads, from a bucket pass's totals (written by other
 // CTAs: read from L2):
 // offsets[b] <- the keys before bucket b, first_tile[b] <- the tiles of nv
@@ -220,14 +236,7 @@ __device__ __forceinline__ void block_bucket_tables(const i64* totals, i64 nv, i
   __shared__ i64 keys_before[NT];
   __shared__ int tiles_before[NT];
   __shared__ int widest;
-  const i64 total = __ldcg(totals + tid);
-  const int tiles = int((total + nv - 1) / nv);
-  keys_before[tid] = total;
-  tiles_before[tid] = tiles;
-  if (tid == 0) widest = 0;
-  __syncthreads();
-  atomicMax(&widest, tiles);
-  block_inclusive_scans<NT>(keys_before, tiles_before, tid);
+  block_scan_tiles<NT>(__ldcg(totals + tid), nv, keys_before, tiles_before, widest, tid);
   offsets[tid + 1] = keys_before[tid];
   first_tile[tid + 1] = tiles_before[tid];
   if (tid == 0) {
@@ -261,13 +270,7 @@ __device__ __forceinline__ bool block_subbucket_tables(const int* counts, i64 sp
   __shared__ bool last;
   i64 total = 0;
   for (int c = first_span[g]; c < first_span[g + 1]; ++c) total += counts[i64(tid) * spans + c];
-  const int tiles = int((total + nv - 1) / nv);
-  keys_before[tid] = total;
-  tiles_before[tid] = tiles;
-  if (tid == 0) widest = 0;
-  __syncthreads();
-  atomicMax(&widest, tiles);
-  block_inclusive_scans<NT>(keys_before, tiles_before, tid);
+  const int tiles = block_scan_tiles<NT>(total, nv, keys_before, tiles_before, widest, tid);
   const i64 at = i64(g) * NT + tid;
   offsets[at] = outer[g] + keys_before[tid] - total;
   first_tile[at] = tiles_before[tid] - tiles;
