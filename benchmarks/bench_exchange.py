@@ -110,6 +110,7 @@ def cluster_case(name: str, client, n: int, chunks: int, params: dict, make=dask
         x = make(n, -(-n // chunks), "int64", distribution, seed=1000 * chunks + rep)
         x = x.persist()
         wait(x)
+        synchronize_workers(client)  # the keys' drawing is not timed
         return x, exchange_sent(client)
 
     def run(inputs):
