@@ -93,11 +93,22 @@ def concatenate(parts: Sequence[Any], dtype: Any = None) -> Any:
     if xp is numpy or not all(p.dtype == dtype and p.flags.c_contiguous and p.shape[1:] == parts[0].shape[1:]
                               for p in parts):
         return xp.concatenate(parts, dtype=dtype)
-    out = xp.empty((sum(len(p) for p in parts),) + parts[0].shape[1:], dtype)
-    offset = 0
+    return join_into(xp.empty((sum(len(p) for p in parts),) + parts[0].shape[1:], dtype), parts)
+
+
+def join_into(out: Any, parts: Sequence[Any]) -> Any:
+    """``parts`` end to end into ``out``, contiguous arrays of its dtype, by :func:`copy_into`; returns ``out``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> join_into(np.zeros(3, int), [np.array([1]), np.array([2, 3])])
+    array([1, 2, 3])
+    """
+    at = 0
     for p in parts:
-        copy_into(out[offset:offset + len(p)], p)
-        offset += len(p)
+        copy_into(out[at:at + len(p)], p)
+        at += len(p)
     return out
 
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  
 MODULES = [
     "gpusort.front.api", "gpusort.arrays", "gpusort.backends", "gpusort.backends.numpy", "gpusort.memory.plan", "gpusort.cli",
     "gpusort.engine.tasks", "gpusort.keys.composite", "gpusort.keys.corank", "gpusort.front.dataframe", "gpusort.engine.graph", "gpusort.memory.hostpool",
-    "gpusort.cuda.build", "gpusort.cuda.tuning", "gpusort.keys.order", "gpusort.warmup",
+    "gpusort.cuda.build", "gpusort.cuda.tuning", "gpusort.cuda.buckets", "gpusort.keys.order", "gpusort.warmup",
     "gpusort.runtime.clusters", "gpusort.runtime.options", "gpusort.runtime.record",
     "gpusort.front.sorted_merge", "gpusort.keys.text", "gpusort.verification", "gpusort.zarr_io", "harness",
     "gpusort.engine.collective", "gpusort.engine.comms", "gpusort.engine.nccl", "gpusort.engine.exchange",

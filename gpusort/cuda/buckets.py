@@ -71,34 +71,46 @@ def _span_length(n: int) -> int:
     return tile * -(-n // (tile * BUCKET_CTAS))
 
 
-def _spans(parts: list, span: int):
-    """The bucket pass's CTAs' ``bucket_span`` table (kernels/block_buckets.cuh): ``span`` keys each, within a part.
+def cut_spans(starts: np.ndarray, ends: np.ndarray, span: int) -> tuple[np.ndarray, ...]:
+    """Ranges ``[starts[r], ends[r])`` cut into CTA spans of ``span`` keys, each range's last one short.
 
-    Four words a CTA: where key 0 would lie in its part (modulo 2**64), its
-    first and past-the-last key of the whole, and its segment (0: one).
+    Returns each span's range, first key and past-the-last key, and each
+    range's first span (one more entry: the spans in all).  An empty range
+    has no span.
+
+    Examples
+    --------
+    >>> owner, begins, ends, first = cut_spans(np.array([0, 5, 5]), np.array([5, 5, 12]), 4)
+    >>> owner.tolist(), begins.tolist(), ends.tolist(), first.tolist()
+    ([0, 0, 2, 2], [0, 4, 5, 9], [4, 5, 9, 12], [0, 2, 2, 4])
     """
-    rows, at = [], 0
-    for part in parts:
-        begins = np.arange(at, at + part.size, span, dtype=np.int64)
-        rows.append(_span_rows(part.data.ptr - at * part.itemsize, begins,
-                               np.minimum(begins + span, at + part.size), np.zeros(begins.size, np.int64), 0))
-        at += part.size
-    return _upload_rows(rows)
+    starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    per = -(-(ends - starts) // span)
+    first = np.concatenate(([0], np.cumsum(per))).astype(np.int64)
+    owner = np.repeat(np.arange(starts.size, dtype=np.int64), per)
+    begins = starts[owner] + (np.arange(owner.size, dtype=np.int64) - first[owner]) * span
+    return owner, begins, np.minimum(begins + span, ends[owner]), first
 
 
-def _span_rows(base: int, begins: np.ndarray, ends: np.ndarray, segments: np.ndarray, firsts) -> np.ndarray:
-    """``bucket_span`` rows as int64 words: the base address, begin, end, and the segment and its first span as two int32."""
-    rows = np.empty((begins.size, 4), np.int64)
-    rows[:, 0] = np.uint64(base % 2**64).view(np.int64)
-    rows[:, 1], rows[:, 2] = begins, ends
-    rows[:, 3] = segments + (np.asarray(firsts, np.int64) << 32)  # little-endian: segment, then first
-    return rows
-
-
-def _upload_rows(rows: list[np.ndarray]):
+def _spans(parts: list, span: int):
+    """The bucket pass's CTAs' ``bucket_span`` table (kernels/block_buckets.cuh) over ``parts`` end to end: spans within a part."""
     import cupy
 
-    return cupy.asarray(np.concatenate(rows))
+    sizes = np.array([part.size for part in parts], np.int64)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    owner, begins, ends, _ = cut_spans(starts, starts + sizes, span)
+    # Where key 0 would lie in each part's array (modulo 2**64): indices stay the input's own.
+    bases = np.array([(part.data.ptr - int(at) * part.itemsize) % 2**64 for part, at in zip(parts, starts)], np.uint64)
+    return cupy.asarray(span_rows(bases[owner], begins, ends))
+
+
+def span_rows(bases: Any, begins: np.ndarray, ends: np.ndarray, segments: Any = 0, firsts: Any = 0) -> np.ndarray:
+    """``bucket_span`` rows as four int64 words: the base address (uint64), begin, end, and the segment and its first span as two int32."""
+    rows = np.empty((begins.size, 4), np.int64)
+    rows[:, 0] = np.asarray(bases, np.uint64).view(np.int64)
+    rows[:, 1], rows[:, 2] = begins, ends
+    rows[:, 3] = np.asarray(segments, np.int64) + (np.asarray(firsts, np.int64) << 32)  # little-endian: segment, first
+    return rows
 
 
 @dataclass(frozen=True)
@@ -231,13 +243,8 @@ def _split_buckets(k: Kernels | Packing | Encoding, done: Buckets, outer: np.nda
     blocksort(sub, sample, NULL, tiles, NULL, Tiles.whole(sample.size, nv))
 
     span = _span_length(n)
-    sizes = np.diff(outer)
-    per = -(-sizes // span)  # spans a bucket
-    first_span = np.concatenate(([0], np.cumsum(per))).astype(np.int64)
-    segment = np.repeat(np.arange(BUCKETS, dtype=np.int64), per)
-    begins = outer[:-1][segment] + (np.arange(segment.size) - first_span[segment]) * span
-    table = _upload_rows([_span_rows(keys.data.ptr, begins, np.minimum(begins + span, outer[1:][segment]), segment,
-                                     first_span[segment])])
+    segment, begins, ends, first_span = cut_spans(outer[:-1], outer[1:], span)
+    table = cupy.asarray(span_rows(keys.data.ptr, begins, ends, segment, first_span[segment]))
     ctas = segment.size
     counts = cupy.empty((BUCKETS, ctas), np.int32)
     summary = cupy.empty(_SUMMARY_FIELDS, np.int32)
@@ -264,7 +271,7 @@ def _split_buckets(k: Kernels | Packing | Encoding, done: Buckets, outer: np.nda
     if not scatter:
         return None
     return Buckets(Tiles(count, levels, offsets, tile_bucket, first_tile), out, done.splitters,
-                   tiles.reshape(BUCKETS, nv)[:, nv // BUCKETS::nv // BUCKETS], free=keys)
+                   tiles.reshape(BUCKETS, nv)[:, nv // BUCKETS::nv // BUCKETS].copy(), free=keys)  # not the whole sample
 
 
 _side = threading.local()

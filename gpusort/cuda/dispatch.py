@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gpusort.arrays import copy_into
+from gpusort.arrays import join_into
 from gpusort.cuda import tuning
 from gpusort.cuda.tuning import NULL, TIE_CTAS, TIE_NT, TIE_VT, WORD, exact_word, pass_plan
 from gpusort.cuda.build import Encoding, Kernels, Packing, encoding, kernels, packing
@@ -89,10 +89,7 @@ def mergesort(keys, values=None, *, descending: bool = False, positions: bool = 
         buckets = bucket_pass(k, keys if parts is None else parts, descending, dtype,
                               spare=keys if overwrite_input else None)
     if parts is not None and not buckets:  # the blocksort reads them joined, by the copy engine
-        at = 0
-        for part in parts:
-            copy_into(keys[at:at + part.size], part)
-            at += part.size
+        join_into(keys, parts)
     tiles = buckets.tiles if buckets else Tiles.whole(n, k.nv, segment)
     four_way = k.merge_four is not None and n >= tuning.threshold("FOUR_WAY_MIN_KEYS")
     plan = pass_plan(tiles.levels, four_way=four_way)
