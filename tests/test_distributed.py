@@ -4,6 +4,8 @@ The cluster starts once for the module: the N-D, lexsort and complex-key
 features share it in one test, so that they cost no second start-up.
 """
 
+import operator
+
 import dask
 import dask.array as da
 import numpy as np
@@ -76,3 +78,39 @@ def test_axis_sorts_lexsort_and_complex_keys_on_worker_processes(client):
     np.testing.assert_array_equal(ka, a[desc])
     np.testing.assert_array_equal(kb.view(np.uint64), b[desc].view(np.uint64))
     np.testing.assert_array_equal(pb, np.argsort(b, kind="stable"))
+
+
+def _queued(dask_scheduler=None):
+    """Keys the scheduler has queued as root-ish since its transition log began."""
+    return {entry[0] for entry in dask_scheduler.transition_log if entry[2] == "queued"}
+
+
+def _views_of_one_task(name: str, n: int) -> da.Array:
+    """``n`` chunks that each cut one task's result, as plain Dask tasks: the shape of a sort's output."""
+    from dask._task_spec import Task, TaskRef
+    from dask.highlevelgraph import HighLevelGraph
+
+    whole = {(f"{name}-whole", 0): Task((f"{name}-whole", 0), np.arange, 10 * n)}
+    views = {(name, i): Task((name, i), operator.getitem, TaskRef((f"{name}-whole", 0)), slice(10 * i, 10 * i + 10))
+             for i in range(n)}
+    graph = HighLevelGraph({f"{name}-whole": whole, name: views}, {f"{name}-whole": set(), name: {f"{name}-whole"}})
+    return da.Array(graph, name, ((10,) * n,), dtype=np.int64)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_output_chunks_are_never_queued(workers):
+    """A sort's output chunks (views of one run, or of a few merged blocks) run as soon as their block is there.
+
+    The scheduler queues a large group of tasks that read few tasks as
+    root-ish and hands them out a few at a time, a round trip each; the
+    same graph shape built of plain tasks shows it does here.
+    """
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as c:
+        control = _views_of_one_task("plain-views", 40)
+        np.testing.assert_array_equal(control.compute(), np.arange(400))
+        assert {k for k in c.run_on_scheduler(_queued) if k[0] == "plain-views"}, "the scheduler queued no views"
+        x = da.random.default_rng(3).integers(0, 2**40, 40_000, chunks=1_000).persist()
+        y = gpusort.sort(x)
+        np.testing.assert_array_equal(y.compute(), np.sort(x.compute()))
+        assert not {k for k in c.run_on_scheduler(_queued) if k[0] == y.name}

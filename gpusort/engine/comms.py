@@ -449,9 +449,6 @@ def _alive(workers: Sequence[str], keys: Sequence[Any] | None) -> tuple[str | No
     return lost, held
 
 
-# --- on the client ------------------------------------------------------------------------------
-
-
 # --- where the ranks' tasks run, and when ------------------------------------------------------
 
 class PinnedTask(Task):
@@ -479,6 +476,39 @@ class PinnedTask(Task):
         return True
 
 
+class ViewTask(Task):
+    """A view of one task's result that many like it share (output chunks cut from a run or a merged block).
+
+    Dask takes a group of many tasks that read one task for root-ish and
+    queues it: the scheduler hands a worker a few of the views at a time, a
+    round trip each, so 64 views of a sort took 70 ms where they cost
+    0.02 ms each.  :class:`Placement` lets a view run on any of the
+    cluster's hosts, loosely (a worker on a new host may still take it),
+    which no queued task is; the scheduler then sends every view to where
+    its result lies as soon as it is there.
+    """
+
+    __slots__ = ()
+
+
+def placed(client: Any) -> int:
+    """How many workers ``client``'s cluster has, with :class:`Placement` on its scheduler: one round trip.
+
+    Examples
+    --------
+    >>> from distributed import Client, LocalCluster
+    >>> with LocalCluster(n_workers=2, processes=False) as cluster, Client(cluster) as client:
+    ...     placed(client), Placement.name in client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.plugins))
+    (2, True)
+    """
+    return client.run_on_scheduler(_placed)
+
+
+def _placed(dask_scheduler: Any = None) -> int:
+    _placement(dask_scheduler)
+    return len(dask_scheduler.workers)
+
+
 def register(client: Any, group: Group) -> Group:
     """Have ``client``'s scheduler pin tasks, hand out turns and know ``group`` (:class:`Placement`).
 
@@ -489,14 +519,19 @@ def register(client: Any, group: Group) -> Group:
 
 
 def _register(key: str, workers: list[str], kind: str, dask_scheduler: Any = None) -> None:
-    plugin = dask_scheduler.plugins.get(Placement.name)
+    _placement(dask_scheduler).group = (key, tuple(workers), kind)
+
+
+def _placement(scheduler: Any) -> "Placement":
+    """``scheduler``'s :class:`Placement`, installed if it has none."""
+    plugin = scheduler.plugins.get(Placement.name)
     if plugin is None:
-        plugin = Placement(dask_scheduler)
-        dask_scheduler.add_plugin(plugin, name=Placement.name)
-        dask_scheduler.handlers["gpusort_turn"] = plugin.turn
-        dask_scheduler.handlers["gpusort_broken"] = plugin.broken
-        dask_scheduler.handlers["gpusort_alive"] = plugin.alive
-    plugin.group = (key, tuple(workers), kind)
+        plugin = Placement(scheduler)
+        scheduler.add_plugin(plugin, name=Placement.name)
+        scheduler.handlers["gpusort_turn"] = plugin.turn
+        scheduler.handlers["gpusort_broken"] = plugin.broken
+        scheduler.handlers["gpusort_alive"] = plugin.alive
+    return plugin
 
 
 def _known(dask_scheduler: Any = None) -> dict:
@@ -506,7 +541,7 @@ def _known(dask_scheduler: Any = None) -> dict:
 
 
 class Placement(SchedulerPlugin):
-    """The scheduler's part: every :class:`PinnedTask` restricted to its worker, and the sorts' turns.
+    """The scheduler's part: every :class:`PinnedTask` restricted to its worker, views never queued, and the sorts' turns.
 
     ``gpusort_turn`` (a scheduler handler) is :meth:`Turns.arrive`, waiting
     up to ``wait`` seconds for the last rank instead of returning ``None``
@@ -580,10 +615,18 @@ class Placement(SchedulerPlugin):
         self.scheduler.transitions(recommendations, stimulus_id=stimulus_id)
 
     def update_graph(self, scheduler: Any, *, tasks: Any = (), **kwargs: Any) -> None:
+        hosts = None
         for key in tasks:
             ts = scheduler.tasks.get(key)
-            if ts is not None and isinstance(ts.run_spec, PinnedTask):
+            if ts is None:
+                continue
+            if isinstance(ts.run_spec, PinnedTask):
                 scheduler.set_restrictions({key: ts.run_spec.worker})
+            elif isinstance(ts.run_spec, ViewTask):
+                # Hosts, not workers: a worker that joins a host later is one of them.
+                hosts = {ws.host for ws in scheduler.workers.values()} if hosts is None else hosts
+                if hosts:
+                    ts.host_restrictions, ts.loose_restrictions = set(hosts), True
 
     async def turn(self, key: str, token: str, rank: int, size: int, wait: float, leave: bool = False
                    ) -> tuple[str, int] | None:

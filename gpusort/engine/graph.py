@@ -145,7 +145,7 @@ def _field(graph, name, field, label, chunks, meta, dtype, blocks: list[tuple[in
         def view(t: int, i: int, a: int) -> Task:
             bounds = (starts[i] - starts[a], starts[i + 1] - starts[a])
             if workers is None:
-                return Task((out, i), _cut, TaskRef((name, t)), field, *bounds, decoded)
+                return comms.ViewTask((out, i), _cut, TaskRef((name, t)), field, *bounds, decoded)
             return comms.PinnedTask((out, i), collective.view, TaskRef((name, t)), field, *bounds, worker=workers[t])
 
         dsk = {(out, i): view(t, i, a) for t, (a, b) in enumerate(blocks) for i in range(a, b)}
@@ -423,13 +423,13 @@ def exchange_method() -> str:
     method = dask.config.get("gpusort.exchange", "auto")
     if method not in ("auto", "p2p", "local", "collective"):
         raise ValueError(f"dask config gpusort.exchange={method!r}; use 'auto', 'collective', 'p2p' or 'local'")
+    client = _client()
+    # The round trip that counts the workers also readies the scheduler for
+    # the sort's views (comms.ViewTask), whatever the method.
+    workers = 0 if client is None else comms.placed(client)
     if method != "auto":
         return method
-    client = _client()
-    if client is None:
-        return "local"
-    info = client.scheduler_info(n_workers=2)
-    return "across" if info.get("n_workers", len(info["workers"])) > 1 else "local"
+    return "across" if workers > 1 else "local"
 
 
 def sort(
