@@ -31,7 +31,8 @@
 //   block_*.cuh                one CTA: move a tile, sort a tile, merge a tile,
 //                              stage a tile by bucket
 //   merge_pass.cuh             which runs a merge pass pairs (or groups) up
-//   kernel_*.cuh               __global__ entry points, thin
+//   kernel_*.cuh               __global__ entry points, thin (kernel_gather:
+//                              many strided gathers, a bucket pass's samples)
 // verify.cu and beyond.cu are translation units of kernel_verify.cuh and
 // kernel_beyond.cuh (top-k's fused pass) alone.
 // Templates: NT, VT (tuning, chosen by gpusort/cuda/tuning.py), Key (signed char
@@ -46,6 +47,7 @@
 #include "kernel_partition_four.cuh"
 #include "kernel_buckets.cuh"
 #include "kernel_splitters.cuh"
+#include "kernel_gather.cuh"
 #include "kernel_ties.cuh"
 #include "kernel_verify.cuh"
 #include "kernel_beyond.cuh"

@@ -5,4 +5,4 @@
 // behaviour or tuning changes.
 #pragma once
 
-#define GPUSORT_KERNELS_VERSION "2.6"
+#define GPUSORT_KERNELS_VERSION "2.7"

@@ -229,6 +229,31 @@ def ref_argsort(x: np.ndarray, descending: bool = False) -> np.ndarray:
     return np.array(sorted(range(len(key)), key=key.__getitem__), dtype=np.int64)
 
 
+def ref_in_order(parts: Sequence[np.ndarray]) -> bool:
+    """Whether 1-D ``parts`` end to end never descend in NumPy's order (NaN last, the zeros tied)."""
+    keys = [k for part in parts for k in _element_keys(part, False)]
+    return all(a <= b for a, b in zip(keys, keys[1:]))
+
+
+def parts_in_order_or_not(dtype) -> list[list[np.ndarray]]:
+    """A task's parts of ``dtype`` keys (empty and one-key parts among them), in order end to end or not.
+
+    Out of order at a part's end, or only inside a part between two keys a
+    sample of 1024 reads; for floats, a NaN before numbers.
+    """
+    x = np.arange(3000).astype(dtype)
+    cut = [x[:0], x[:1], x[1:1000], x[1000:1000], x[1000:2999], x[2999:]]
+    inside = x.copy()
+    inside[1001], inside[1002] = inside[1002], inside[1001]
+    cases = [cut, [x[1000:2000], x[:1000], x[2000:]], [inside[:500], inside[500:]], [x[:0]] * 3, [],
+             [np.full(700, x[5])] * 4]
+    if x.dtype.kind == "f":
+        tail = x.copy()
+        tail[-10:] = np.nan
+        cases += [[tail[:1500], tail[1500:]], [np.append(x[:10], np.nan).astype(dtype), x[10:]]]
+    return cases
+
+
 def ref_lexsort(keys: Sequence[np.ndarray], descending: bool = False) -> np.ndarray:
     """``np.lexsort(keys)`` for 1-D keys (the last one primary, stable), largest first by every key if asked."""
     columns = [_element_keys(np.asarray(k), descending) for k in keys[::-1]]

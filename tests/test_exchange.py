@@ -18,7 +18,7 @@ from distributed.protocol import deserialize, serialize, to_serialize
 import gpusort
 from gpusort.engine import exchange
 from gpusort.memory import spill
-from reference import assert_same_keys, ref_argsort
+from reference import assert_same_keys, parts_in_order_or_not, ref_argsort, ref_in_order
 
 ONE_CHUNK_PER_TASK = {"gpusort.task-bytes": 0}
 
@@ -259,6 +259,16 @@ def test_disjoint_pieces_are_concatenated_not_merged():
     pieces = [(np.array([-0.0, 1.0]), None), (np.array([1.0, 3.0]), None)]
     keys, _ = tasks.merge_pieces("numpy", np.dtype(np.float64), False, "float", pieces)
     np.testing.assert_array_equal(keys, [-0.0, 1.0, 1.0, 3.0])
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint16", "float32", "float64"])
+def test_is_sorted_reads_parts_end_to_end(dtype):
+    from gpusort.backends import get_backend
+
+    cases = parts_in_order_or_not(dtype)
+    assert {ref_in_order(parts) for parts in cases} == {True, False}
+    for parts in cases:
+        assert get_backend("numpy").is_sorted(parts) == ref_in_order(parts), [len(p) for p in parts]
 
 
 @pytest.mark.parametrize("dtype", ["int64", "float32"])

@@ -589,3 +589,27 @@ def test_a_task_sorts_its_gpu_chunks_where_they_lie(pattern, descending, rng, mo
     assert values is None and isinstance(okeys, cupy.ndarray)
     assert_same(order.decode(okeys, x.dtype, descending, scheme), x[ref_argsort(x, descending)])
     assert_same(cupy.concatenate(parts), x)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float16", "int32", "float64"])
+def test_gather_rows_against_numpy(dtype, rng):
+    # Rows of one launch read several arrays, or one array many times, at
+    # any stride; rows of no keys write nothing; `at` places each row.
+    from gpusort.cuda.launch import gather_rows
+
+    k = build.kernels(np.dtype(f"u{np.dtype(dtype).itemsize}"), 0, False)
+    sources = [make_keys(rng, dtype, n, "random") for n in (1, 700, 20_011)]
+    on_gpu = [cupy.asarray(s) for s in sources]
+    rows = [(2, 5, 7, 2000), (0, 0, 1, 1), (1, 699, 1, 1), (2, 0, 3, 0), (1, 3, 2, 348), (2, 20_010, 1, 1)]
+    which, starts, steps, counts = (np.array(c) for c in zip(*rows))
+    want = np.concatenate([sources[w][s::t][:c] for w, s, t, c in rows])
+    got = gather_rows(k, [on_gpu[w] for w in which], starts, steps, counts, cupy.empty(want.size, dtype))
+    assert_same(got, want)
+    # The rows back to front, each placed where it was, after five keys left as they are.
+    at = np.concatenate(([0], np.cumsum(counts)[:-1])) + 5
+    out = cupy.asarray(np.zeros(want.size + 5, dtype))
+    gather_rows(k, [on_gpu[w] for w in which[::-1]], starts[::-1], steps[::-1], counts[::-1], out, at=at[::-1])
+    assert_same(out, np.concatenate([np.zeros(5, dtype), want]))
+    other = np.int16 if np.dtype(dtype).itemsize == 1 else np.int8
+    with pytest.raises(ValueError, match="as wide as out"):
+        gather_rows(k, [cupy.zeros(3, other)], [0], [1], [3], cupy.empty(3, dtype))

@@ -24,7 +24,8 @@ import pytest
 from gpusort.cuda import tuning
 from gpusort.keys import composite, order
 from reference import (
-    CUPY_DTYPES, assert_same_keys, make_keys, ref_argsort, ref_argsort_along, ref_lexsort, special_pool,
+    CUPY_DTYPES, assert_same_keys, make_keys, parts_in_order_or_not, ref_argsort, ref_argsort_along, ref_in_order,
+    ref_lexsort, special_pool,
 )
 
 
@@ -281,6 +282,22 @@ def test_errors_name_the_argument_and_the_fix(cp):
         gpu.lexsort(cupy.zeros(()))
     # NumPy reads a 1-D array as keys of one element each: one position, 0.
     assert gpu.lexsort(cupy.asarray([5.5, 7.0, 1.0])).tolist() == np.lexsort(np.array([5.5, 7.0, 1.0])).tolist() == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["int64", "uint16", "float32", "float64"])
+def test_cupy_backend_reads_parts_end_to_end(cp, dtype):
+    """A task's parts in order or not, their ends gathered in one launch: as the reference says, views and all."""
+    cupy, _ = cp
+    from gpusort.backends import get_backend
+
+    cases = parts_in_order_or_not(dtype)
+    for parts in cases:
+        on_gpu = [cupy.asarray(p) for p in parts]
+        assert get_backend("cupy").is_sorted(on_gpu) == ref_in_order(parts), [len(p) for p in parts]
+    x = cupy.arange(4000).astype(dtype)
+    assert get_backend("cupy").is_sorted([x[:1000:2], x[1000::3]])  # not contiguous
+    assert not get_backend("cupy").is_sorted([x[1000::3], x[:1000:2]])
 
 
 @pytest.mark.gpu

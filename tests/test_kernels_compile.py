@@ -128,7 +128,7 @@ def test_instantiations_cover_every_key_value_and_order():
             encoding = build.encoding_expressions(nt_f, vt_f, key, descending)
             assert set(encoding.values()) <= set(names) and "tie_bounds" in encoding
             words_or_floats = ("bucket_bases", "bucket_subtables", "bucket_count", "bucket_scatter",
-                               "sample_splitters", "tie_bounds", "tie_count", "tie_gather")
+                               "sample_splitters", "gather_rows", "tie_bounds", "tie_count", "tie_gather")
             assert all(f"exact_keys<{tuning.KEY_TYPES[key]}, {str(descending).lower()}>" in e
                        for kind, e in encoding.items() if kind not in words_or_floats)
             # The scatter moves the floats' bits; the blocksort after it loads them as exact keys.

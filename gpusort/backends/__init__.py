@@ -70,9 +70,10 @@ class Backend(Protocol):
         """Insertion points of ``needles`` in ascending ``sorted_keys`` (NaN last)."""
 
     def is_sorted(self, keys: Any) -> bool:
-        """Whether 1-D order keys are already ascending (NaN last), checked where they live.
+        """Whether 1-D order keys, or a list of them end to end (a task's parts), are already ascending (NaN last).
 
-        A sample decides first: keys that are not sorted almost never pass
+        Checked where they live.  A sample decides first (the parts' ends,
+        then each part's own): keys that are not sorted almost never pass
         it, so only sorted keys pay the full pass.
         """
 

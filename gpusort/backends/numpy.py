@@ -60,7 +60,11 @@ class NumpyBackend:
         order = argsort_rows(keys, runs=True) if keys.ndim == 2 else np.argsort(keys, kind="stable")
         return take_rows(keys, order), take_rows(values, order)
 
-    def is_sorted(self, keys: np.ndarray) -> bool:
+    def is_sorted(self, keys: np.ndarray | Sequence[np.ndarray]) -> bool:
+        if isinstance(keys, (list, tuple)):  # parts end to end: their ends decide first
+            parts = [p for p in keys if len(p)]
+            ends = np.concatenate([p[[0, -1]] for p in parts]) if parts else np.empty(0)
+            return _ascending(ends) and all(self.is_sorted(p) for p in parts)
         step = max(1, len(keys) // SORTED_SAMPLE)
         return _ascending(keys[::step]) and (step == 1 or _ascending(keys))
 

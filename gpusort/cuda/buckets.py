@@ -20,7 +20,7 @@ from gpusort.cuda.tuning import (
     exact_word, merge_passes,
 )
 from gpusort.cuda.build import Encoding, Kernels, Packing, kernels
-from gpusort.cuda.launch import Tiles, blocksort, every
+from gpusort.cuda.launch import Tiles, blocksort, gather_rows
 
 
 def _splitters(k: Kernels | Packing | Encoding, sample, descending: bool):
@@ -48,21 +48,21 @@ def _splitters(k: Kernels | Packing | Encoding, sample, descending: bool):
     return splitters
 
 
-def _sample(parts: list, stride: int, count: int):
-    """Keys ``stride // 2 + i * stride`` (``i < count``) of the parts end to end, gathered by one pitched copy a part."""
+def _sample(k: Kernels | Packing | Encoding, parts: list, stride: int, count: int):
+    """Keys ``stride // 2 + i * stride`` (``i < count``) of the parts end to end, gathered in one launch (a row a part)."""
     import cupy
 
-    sample = cupy.empty(count, parts[0].dtype)
+    sources, starts, counts = [], [], []
     taken, first, at = 0, stride // 2, 0  # first: the next sampled key; at: the part's first key
     for part in parts:
         if taken == count:
             break
         if first < at + part.size:
             c = min(count - taken, -(-(at + part.size - first) // stride))
-            every(part, stride, first - at, c, out=sample[taken:taken + c])
+            sources.append(part), starts.append(first - at), counts.append(c)
             taken, first = taken + c, first + c * stride
         at += part.size
-    return sample
+    return gather_rows(k, sources, starts, stride, counts, cupy.empty(count, parts[0].dtype))
 
 
 def _span_length(n: int) -> int:
@@ -176,7 +176,7 @@ def bucket_pass(k: Kernels | Packing | Encoding, keys, descending: bool, out_dty
     if small or k.bucket_count is None:
         return None
     stride = n // sample_size
-    splitters = _splitters(k, _sample(parts, stride, sample_size), descending)
+    splitters = _splitters(k, _sample(k, parts, stride, sample_size), descending)
 
     span = _span_length(n)
     # Where the CTAs read: one array's spans they find themselves; several arrays' come as a table.
@@ -234,11 +234,10 @@ def _split_buckets(k: Kernels | Packing | Encoding, done: Buckets, outer: np.nda
     if nv % BUCKETS or sub.bucket_subtables is None:
         return None
     sample = cupy.zeros(BUCKETS * nv, keys.dtype)  # a bucket of fewer than nv keys leaves zeros: any key will do
-    for g in range(BUCKETS):
-        size = int(outer[g + 1] - outer[g])
-        if size:
-            stride, taken = max(1, size // nv), min(nv, size)
-            every(keys, stride, int(outer[g]) + stride // 2, taken, out=sample[g * nv:g * nv + taken])
+    sizes = np.diff(outer)
+    strides = np.maximum(1, sizes // nv)
+    gather_rows(sub, [keys] * BUCKETS, outer[:-1] + strides // 2, strides, np.minimum(nv, sizes), sample,
+                at=np.arange(BUCKETS, dtype=np.int64) * nv)
     tiles = cupy.empty(sample.size, keys.dtype)  # as the count compares them (a float sort's: exact words)
     blocksort(sub, sample, NULL, tiles, NULL, Tiles.whole(sample.size, nv))
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from gpusort.cuda.tuning import (
-    BEYOND_NT, BEYOND_VT, BUCKETS, BUCKET_COUNT_VT, BUCKET_VT, EXACT_FLOATS, FOUR_WAY_KEY_SIZES, KEY_TYPES,
+    BEYOND_NT, BEYOND_VT, BUCKETS, BUCKET_COUNT_VT, BUCKET_VT, EXACT_FLOATS, FOUR_WAY_KEY_SIZES, GATHER_NT, KEY_TYPES,
     ORDERS, PARTITION_LANES, SAMPLE_FENCE, SPLITTERS_NT, TIE_NT, TIE_VT, VALUE_TYPES, VERIFY_NT, WORD,
     exact_word, launch_box, packs,
 )
@@ -108,7 +108,8 @@ def bucket_expressions(key: np.dtype, out: np.dtype, descending: bool, load: str
     """The ``name_expressions`` of a bucket pass over ``key`` writing ``out`` keys through ``load``.
 
     Its count compares the keys in their own order, and its splitters come
-    from a sample sorted in that order.  With ``words`` the count compares
+    from a sample sorted in that order; its gather (``gather_rows``) samples
+    ``key`` keys, or a scatter's output of the same width.  With ``words`` the count compares
     the ``out`` words ``load`` makes of the keys, ascending (a float sort's
     exact keys), and the scatter moves the keys' bits as they are: the
     blocksort after it loads them through ``load`` (:func:`~gpusort.cuda.dispatch._sort_words`).
@@ -117,7 +118,9 @@ def bucket_expressions(key: np.dtype, out: np.dtype, descending: bool, load: str
     count_vt, scatter_vt = BUCKET_COUNT_VT, BUCKET_VT[np.dtype(out).itemsize]
     compared = f"{w}, {ORDERS[False]}" if words else f"{k}, {o}"  # what the count compares, in its order
     loaded, scattered = (f", {load}", "gpusort::as_is") if words else ("", load)
-    return {"sample_splitters": f"gpusort::kernel_sample_splitters<{SPLITTERS_NT}, {SAMPLE_FENCE}, {compared}>",
+    bits = KEY_TYPES[np.dtype(f"u{np.dtype(key).itemsize}")]  # the gather moves the keys' bits
+    return {"gather_rows": f"gpusort::kernel_gather_rows<{GATHER_NT}, {bits}>",
+            "sample_splitters": f"gpusort::kernel_sample_splitters<{SPLITTERS_NT}, {SAMPLE_FENCE}, {compared}>",
             "bucket_count": f"gpusort::kernel_bucket_count<{BUCKETS}, {count_vt}, {compared}{loaded}>",
             "bucket_bases": f"gpusort::kernel_bucket_bases<{BUCKETS}>",
             "bucket_subtables": f"gpusort::kernel_bucket_subtables<{BUCKETS}>",
@@ -218,6 +221,7 @@ class Kernels(_Launch):
     merge_four: Any = None  # keys-only modules of FOUR_WAY_KEY_SIZES have four-way passes
     partition_four: Any = None
     sample_splitters: Any = None  # keys-only modules: the bucket pass
+    gather_rows: Any = None
     bucket_count: Any = None
     bucket_bases: Any = None
     bucket_subtables: Any = None
@@ -233,6 +237,7 @@ class Packing(_Launch):
 
     blocksort: Any
     blocksort_positions: Any
+    gather_rows: Any
     sample_splitters: Any
     bucket_count: Any
     bucket_bases: Any
@@ -253,6 +258,7 @@ class Encoding(_Launch):
     tie_bounds: Any
     tie_count: Any
     tie_gather: Any
+    gather_rows: Any
     sample_splitters: Any
     bucket_count: Any
     bucket_bases: Any
@@ -280,7 +286,7 @@ FAMILIES = {
     "merge": "merge", "partition": "merge", "partition_group": "merge", "merge_positions": "merge",
     "merge_bits": "merge",
     "merge_four": "four", "partition_four": "four", "merge_four_positions": "four",
-    "sample_splitters": "buckets", "bucket_count": "buckets", "bucket_bases": "buckets",
+    "gather_rows": "buckets", "sample_splitters": "buckets", "bucket_count": "buckets", "bucket_bases": "buckets",
     "bucket_subtables": "buckets", "bucket_scatter": "buckets",
     "tie_bounds": "ties", "tie_count": "ties", "tie_gather": "ties",
 }

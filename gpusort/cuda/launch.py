@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from gpusort.cuda import tuning
-from gpusort.cuda.tuning import NULL, PARTITION_LANES, PARTITION_NT, VERIFY_NT, merge_passes
-from gpusort.cuda.build import Kernels, Packing, sm_count, verify_kernels
+from gpusort.cuda.tuning import GATHER_NT, NULL, PARTITION_LANES, PARTITION_NT, VERIFY_NT, merge_passes
+from gpusort.cuda.build import Encoding, Kernels, Packing, sm_count, verify_kernels
 
 
 def scan(keys, hashed: int, ordered: int, descending: bool) -> tuple[int, int | None]:
@@ -102,6 +103,30 @@ def every(keys, step: int, start: int = 0, count: int | None = None, out=None):
         cupy.cuda.runtime.memcpy2DAsync(dst, row, keys.data.ptr + start * keys.strides[0],
                                         keys.strides[0] * step, row, count,
                                         cupy.cuda.runtime.memcpyDefault, cupy.cuda.get_current_stream().ptr)
+    return out
+
+
+def gather_rows(k: Kernels | Packing | Encoding, sources: Sequence[Any], starts, steps, counts, out, at=None):
+    """``out[at[r] + j] = sources[r][starts[r] + j * steps[r]]`` for ``j < counts[r]``: every row ``r`` in one launch.
+
+    ``sources``: contiguous 1-D CuPy arrays as wide as ``out`` (a row each;
+    rows may share one); ``at`` defaults to the rows end to end from 0.
+    ``k``: a keys-only module whose keys are that wide (its ``gather_rows``,
+    kernels/kernel_gather.cuh).  One launch and one small upload, where
+    :func:`every` takes a copy call a row.  Returns ``out``.
+    """
+    import cupy
+
+    counts = np.asarray(counts, np.int64)
+    at = np.concatenate(([0], np.cumsum(counts)[:-1])) if at is None else np.asarray(at, np.int64)
+    if any(source.itemsize != out.itemsize for source in sources):
+        raise ValueError(f"gather_rows moves {out.itemsize}-byte keys: every source must be as wide as out")
+    rows = np.empty((counts.size, 5), np.int64)  # kernels/kernel_gather.cuh's gather_row
+    rows[:, 0] = np.array([source.data.ptr for source in sources], np.uint64).view(np.int64)
+    rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4] = starts, steps, counts, at
+    rows = rows[counts > 0]
+    if rows.size:
+        k.gather_rows((len(rows),), (GATHER_NT,), (cupy.asarray(rows), out))
     return out
 
 

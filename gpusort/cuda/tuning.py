@@ -199,6 +199,11 @@ BUCKET_SAMPLE = 256
 SPLITTERS_NT, SAMPLE_FENCE = 512, 32
 
 
+#: Threads per CTA of a batch of strided gathers (kernels/kernel_gather.cuh), a
+#: row a CTA: a bucket's sample (a tile, 5888 keys) in 23 steps of the CTA.
+GATHER_NT = 256
+
+
 #: Threads per CTA, loads in flight per thread, and CTAs of the count of a float
 #: sort's tie groups (kernels/kernel_ties.cuh): one pass over the input.
 TIE_NT, TIE_VT, TIE_CTAS = 256, 8, 1024

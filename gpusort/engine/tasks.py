@@ -115,8 +115,7 @@ def sort_parts(backend: Any, descending: bool, scheme: order.Scheme, parts: list
     okeys = [order.encode(p, descending, scheme) for p in parts]
     sorter = get_backend(backend)
     filled = [p for p in okeys if len(p)]
-    ends = [end for p in filled for end in (p[:1], p[-1:])]
-    if not ends or sorter.is_sorted(concatenate(ends)) and all(sorter.is_sorted(p) for p in filled):
+    if sorter.is_sorted(filled):
         return concatenate(okeys), None
     return sorter.sort_run(filled)
 
