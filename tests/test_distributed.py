@@ -114,3 +114,15 @@ def test_output_chunks_are_never_queued(workers):
         y = gpusort.sort(x)
         np.testing.assert_array_equal(y.compute(), np.sort(x.compute()))
         assert not {k for k in c.run_on_scheduler(_queued) if k[0] == y.name}
+        # Views the caller restricts keep the caller's restriction, strict.
+        first = sorted(c.scheduler_info()["workers"])[0]
+        z = gpusort.sort(x, descending=True).persist(workers=[first])
+        np.testing.assert_array_equal(z.compute(), np.sort(x.compute())[::-1])
+        assert c.run_on_scheduler(_restrictions, z.name) == {(frozenset([first]), None, False)}
+
+
+def _restrictions(name, dask_scheduler=None):
+    """The (workers, hosts, loose) restrictions of the tasks of layer ``name``."""
+    return {(frozenset(ts.worker_restrictions or ()), ts.host_restrictions and frozenset(ts.host_restrictions),
+             ts.loose_restrictions)
+            for key, ts in dask_scheduler.tasks.items() if isinstance(key, tuple) and key[0] == name}

@@ -622,7 +622,9 @@ class Placement(SchedulerPlugin):
                 continue
             if isinstance(ts.run_spec, PinnedTask):
                 scheduler.set_restrictions({key: ts.run_spec.worker})
-            elif isinstance(ts.run_spec, ViewTask):
+            elif isinstance(ts.run_spec, ViewTask) and not (
+                    ts.worker_restrictions or ts.host_restrictions or ts.resource_restrictions):
+                # Restricted already (the caller's workers=), a view is not queued and keeps them.
                 # Hosts, not workers: a worker that joins a host later is one of them.
                 hosts = {ws.host for ws in scheduler.workers.values()} if hosts is None else hosts
                 if hosts:
