@@ -213,9 +213,15 @@ def test_sample_splitters_are_every_step_th_of_the_sorted_sample(dtype, descendi
                         np.sort(order.encode(x, descending, "exact"))[::step])
 
 
-def sub_buckets(monkeypatch, passes: int) -> None:
-    """Bucket passes split their buckets again (``passes`` 2) wherever they scatter, or never (1)."""
-    monkeypatch.setattr(tuning, "SUBBUCKET_MIN_LEVELS", 0 if passes == 2 else 10**6)
+def forced_buckets(monkeypatch, passes: int | None = None) -> None:
+    """Bucket passes at every size, scattering whatever levels they save.
+
+    Split again wherever they scatter (``passes`` 2), never (1), or as the sort decides (``None``).
+    """
+    monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
+    monkeypatch.setattr(tuning, "BUCKET_LEVELS_SAVED", 0)
+    if passes is not None:
+        monkeypatch.setattr(tuning, "SUBBUCKET_MIN_LEVELS", 0 if passes == 2 else 10**6)
 
 
 @pytest.mark.parametrize("passes", [1, 2], ids=["buckets", "sub-buckets"])
@@ -224,9 +230,7 @@ def test_bucket_scatter_groups_stably(dtype, passes, rng, monkeypatch):
     # The scatter alone against NumPy: a key's bucket is how many splitters
     # are <= it, and each bucket keeps its keys in input order.  Split again,
     # a key's sub-bucket is how many of its bucket's own splitters are <= it.
-    monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
-    monkeypatch.setattr(tuning, "BUCKET_LEVELS_SAVED", 0)  # the heavy bucket saves few levels
-    sub_buckets(monkeypatch, passes)
+    forced_buckets(monkeypatch, passes)  # the heavy bucket saves few levels
     x = make_keys(rng, dtype, 300_007, "random")
     x[rng.random(x.size) < 0.2] = x[0]  # one heavy bucket
     d = cupy.asarray(x)
@@ -275,10 +279,8 @@ def test_bucket_pass_every_dtype_and_pattern(dtype, descending, passes, rng, mon
     # group of each bucket cut short by its end.  Ties keep input order.
     # Sub-buckets likewise: buckets of fewer keys than their sample, empty
     # and single-key buckets split again, a sub-bucket of every key.
-    monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
-    monkeypatch.setattr(tuning, "BUCKET_LEVELS_SAVED", 0)
+    forced_buckets(monkeypatch, passes)
     monkeypatch.setattr(tuning, "FOUR_WAY_MIN_KEYS", 0)
-    sub_buckets(monkeypatch, passes)
     for n in (4 * tuning.BUCKETS * tuning.BUCKET_SAMPLE + 3, 300_007):
         for pattern in PATTERNS:
             x = make_keys(rng, dtype, n, pattern)
@@ -524,9 +526,7 @@ def test_bucket_pass_reads_parts_where_they_lie(dtype, descending, passes, rng, 
     # A bucket pass over parts scatters exactly what it scatters from their
     # concatenation (each bucket in input order), and a mergesort of the
     # parts sorts them as one array, writing none of them.
-    monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
-    monkeypatch.setattr(tuning, "BUCKET_LEVELS_SAVED", 0)
-    sub_buckets(monkeypatch, passes)
+    forced_buckets(monkeypatch, passes)
     k = build.kernels(np.dtype(dtype), 0, descending)
     for pattern in ("random", "few", "sorted", "reversed"):
         x = make_keys(rng, dtype, 300_007, pattern)
@@ -560,8 +560,7 @@ def test_backend_sorts_a_list_of_chunks_as_one_run(rng, monkeypatch):
     # sort_run of GPU parts reads them where they lie (a bucket pass, forced
     # here); of host parts and of float32 (sorted by exact keys) it joins
     # them first.  Either way: one run.
-    monkeypatch.setattr(tuning, "BUCKET_MIN_BYTES", 0)
-    monkeypatch.setattr(tuning, "BUCKET_LEVELS_SAVED", 0)
+    forced_buckets(monkeypatch)
     x = rng.integers(-(2**20), 2**20, 300_007)
     for parts in (_parts(x, rng), [cupy.asnumpy(p) for p in _parts(x, rng)],
                   [p.astype(np.float32) for p in _parts(x, rng)]):
